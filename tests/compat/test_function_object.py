@@ -1,0 +1,173 @@
+"""The jitted object as a Python object: wraps attributes, descriptor protocol, repr, pickling."""
+import functools
+import inspect
+import pickle
+import re
+import weakref
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+from contract import arange, assert_same_array, expect_same
+
+
+def documented(x: jax.Array, y: float = 2.0) -> jax.Array:
+    """Scales x by y."""
+    return x * y
+
+
+documented.custom_attribute = "kept"
+
+WRAPS_ATTRIBUTES = ["__name__", "__qualname__", "__module__", "__doc__", "__annotations__"]
+
+
+def test_functools_wraps_attributes(jit):
+    f = jit(documented)
+    assert f.__wrapped__ is documented
+    for name in WRAPS_ATTRIBUTES:
+        assert getattr(f, name) == getattr(documented, name), name
+        assert f.__dict__[name] == getattr(documented, name), name
+    assert f.custom_attribute == "kept"
+    assert inspect.signature(f) == inspect.signature(documented)
+    assert f.__signature__ == inspect.signature(documented)
+
+
+def test_instance_dict_is_writable_and_separate(jit):
+    f = jit(documented)
+    f.note = 3
+    assert f.note == 3 and f.__dict__["note"] == 3
+    assert not hasattr(documented, "note")
+
+
+def test_stage_methods_live_on_the_type(jit):
+    # jax's own functools.wraps-style helpers copy __dict__: the stage methods
+    # must not be instance entries.
+    f = jit(documented)
+    for name in ["lower", "trace", "eval_shape", "clear_cache"]:
+        assert name not in f.__dict__, name
+        assert callable(getattr(f, name))
+
+
+def test_wraps_of_partial_and_callable_object(jit):
+    p = functools.partial(documented, y=3.0)
+    expect_same(jit, p, arange((2,)))
+    assert jit(p).__wrapped__ is p
+
+    class Scale:
+        def __call__(self, x):
+            return x * 4
+
+    expect_same(jit, Scale(), arange((2,)))
+
+
+def test_repr(jit):
+    f = jit(documented)
+    assert re.fullmatch(rf"<\w+ of {re.escape(repr(documented))}>", repr(f)), repr(f)
+    if jit is not jax.jit:
+        assert repr(f) == f"<CompiledFunction of {documented!r}>"
+
+
+def test_repr_when_function_repr_raises(jit):
+    class BadRepr:
+        def __call__(self, x):
+            return x + 1
+
+        def __repr__(self):
+            raise RuntimeError("no repr")
+
+    f = jit(BadRepr())
+    assert re.fullmatch(r"<\w+>", repr(f)), repr(f)
+    assert_same_array(f(jnp.float32(1)), jnp.asarray(2, jnp.float32))
+
+
+def test_weakref_and_hash(jit):
+    f = jit(documented)
+    assert weakref.ref(f)() is f
+    assert {f: 1}[f] == 1
+
+
+class Model:
+    def __init__(self, k):
+        self.k = k
+
+    def __hash__(self):
+        return hash(self.k)
+
+    def __eq__(self, other):
+        return isinstance(other, Model) and other.k == self.k
+
+    def scale(self, x):
+        return x * self.k
+
+
+def test_method_descriptor(jit):
+    class Holder:
+        double = jit(lambda self, x: x * 2)
+
+    assert Holder.double is Holder.__dict__["double"]
+    bound = Holder().double
+    assert inspect.ismethod(bound) and bound.__func__ is Holder.__dict__["double"]
+    # self is a dynamic argument here: a non-array self is jax's error.
+    with pytest.raises(TypeError, match="The problematic value is of type .*Holder.* and was passed to the function at path self"):
+        bound(1.0)
+
+
+def test_method_with_static_self(jit):
+    class Static(Model):
+        scale = jit(Model.scale, static_argnums=0)
+
+    assert_same_array(Static(3).scale(jnp.float32(2)), jnp.asarray(6, jnp.float32))
+    assert_same_array(Static(3).scale(jnp.float32(1)), jnp.asarray(3, jnp.float32))
+    assert_same_array(Static(5).scale(jnp.float32(1)), jnp.asarray(5, jnp.float32))
+
+
+def test_method_with_pytree_self(jit):
+    @functools.partial(jax.tree_util.register_dataclass, data_fields=["w"], meta_fields=[])
+    class Params:
+        def __init__(self, w):
+            self.w = w
+
+        apply = jit(lambda self, x: self.w @ x)
+
+    p = Params(arange((2, 2)))
+    assert_same_array(p.apply(jnp.ones(2)), jax.jit(lambda w, x: w @ x)(arange((2, 2)), jnp.ones(2)))
+
+
+# Pickling. jax.jit objects cannot be pickled in jax 0.10.2 (their cache_miss is
+# a local function); fastdispatch's can, so these tests are fastdispatch's alone.
+
+
+def module_level(x, n):
+    return x * n
+
+
+def test_jax_jit_does_not_pickle():
+    with pytest.raises((AttributeError, pickle.PicklingError)):
+        pickle.dumps(jax.jit(module_level))
+
+
+def test_pickle_roundtrip():
+    import fastdispatch
+
+    f = fastdispatch.jit(module_level, static_argnums=1)
+    f(arange((2,)), 3)
+    g = pickle.loads(pickle.dumps(f))
+    assert type(g) is type(f) and g.__wrapped__ is module_level
+    assert g.__name__ == "module_level"
+    assert_same_array(g(arange((2,)), 3), jax.jit(module_level, static_argnums=1)(arange((2,)), 3))
+    # The options travel: n is still static (a Python string would fail as a dynamic arg).
+    assert_same_array(g(arange((2,)), 2), arange((2,)) * 2)
+
+
+def test_pickle_shares_cache_within_one_pickle():
+    import fastdispatch
+
+    cache = fastdispatch.CompiledFunctionCache(capacity=7)
+    f = fastdispatch.jit(module_level, static_argnums=1, cache=cache)
+    g = fastdispatch.jit(documented, cache=cache)
+    f2, g2, cache2 = pickle.loads(pickle.dumps((f, g, cache)))
+    assert cache2.capacity() == 7 and cache2.size() == 0
+    f2(arange((2,)), 3)
+    g2(arange((2,)))
+    assert cache2.size() == 2
