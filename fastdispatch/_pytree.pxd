@@ -1,14 +1,52 @@
 # The pytree layer's interface for the layers above it (signature, dispatch).
 # Leaf order, structure and equality are jax.tree_util's.
 
+cdef enum NodeKind:
+    NODE_LEAF = 0          # not a container: an array, a scalar, anything unregistered
+    NODE_NONE = 1          # None: a node with no children
+    NODE_TUPLE = 2
+    NODE_LIST = 3
+    NODE_DICT = 4          # children in sorted-key order, as jax orders them
+    NODE_NAMEDTUPLE = 5    # tuple subclass with `_fields`; jax handles it natively
+    NODE_CUSTOM = 6        # a type in jax's registry, flattened by its to_iter
+    NODE_DATACLASS = 7     # a register_dataclass type whose fields are known: getattr, no Python call
+
+
+cdef class DictKeys:
+    """The keys of one dict shape, in the dict's order and in jax's (sorted) order."""
+    cdef tuple insertion            # keys in the dict's own (insertion) order
+    cdef tuple sorted_keys          # the same keys sorted as jax sorts them
+    cdef Py_ssize_t* order          # order[j] = insertion index of sorted_keys[j]
+    cdef Py_hash_t keys_hash        # hash(sorted_keys), computed once
+    cdef TreeDef memo               # the last dict node built with these keys
+
+
+cdef class NodeType:
+    """What flatten needs to know about one Python type, looked up once per type."""
+    cdef int kind                   # a NodeKind: NODE_LEAF, _NAMEDTUPLE, _CUSTOM or _DATACLASS
+    cdef object node_type           # the type itself
+    cdef object to_iter             # jax's flatten function (CUSTOM, DATACLASS)
+    cdef object from_iter           # jax's unflatten function (CUSTOM, DATACLASS)
+    cdef tuple data_fields          # DATACLASS: attribute names of the children
+    cdef tuple meta_fields          # DATACLASS: attribute names of the aux data
+    cdef bint checked               # DATACLASS: fields checked against to_iter on a first instance
+    cdef TreeDef memo               # the last node built for this type (reused when identical)
+
+
 cdef class TreeDef:
     cdef readonly Py_ssize_t num_leaves    # leaves below (and at) this node
     cdef readonly Py_ssize_t num_nodes     # nodes below (and at) this node, jax's count
     cdef Py_hash_t _hash                   # computed once, when the node is built
-    # (the implementation adds its own fields: node kind, type, node data, children)
+    cdef int kind                          # a NodeKind
+    cdef object node_type                  # the container's type (None for a leaf)
+    cdef object node_data                  # DICT: DictKeys; CUSTOM/DATACLASS: aux data; else None
+    cdef tuple children                    # the child TreeDefs, in jax's order
+    cdef NodeType info                     # NAMEDTUPLE/CUSTOM/DATACLASS: how to rebuild; else None
 
     cdef bint same_as(self, TreeDef other)     # fast equality: identity, hash, then structure
     cpdef object unflatten(self, object leaves)
+    cdef object _build(self, list leaves, Py_ssize_t* index)
+
 
 # Append the leaves of `tree` to `leaves` in jax's order and return its TreeDef.
 cdef TreeDef flatten_into(object tree, list leaves)
