@@ -1,0 +1,216 @@
+"""The command line: run a Python program with jax.jit routed through fastdispatch.
+
+    python -m fastdispatch [--trace] [--trace-out FILE.json] [--no-patch] script.py [args...]
+    python -m fastdispatch [options] -m module [args...]
+    python -m fastdispatch bench [args...]
+
+The program runs as ``python script.py`` would run it: its own ``sys.argv``,
+``__main__``, ``sys.path[0]``, exit code and tracebacks.  ``--trace`` prints
+a report of every compiled-function call on stderr at exit; ``--trace-out``
+writes the calls as Chrome trace-event JSON (open it in ui.perfetto.dev).
+"""
+from __future__ import annotations
+
+import atexit
+import builtins
+import importlib.machinery
+import os
+import runpy
+import sys
+import types
+
+USAGE = """\
+usage: python -m fastdispatch [--trace] [--trace-out FILE.json] [--no-patch] script.py [args...]
+       python -m fastdispatch [options] -m module [args...]
+       python -m fastdispatch bench [args...]
+
+Runs a Python program with jax.jit routed through fastdispatch.jit.
+
+options:
+  --trace               print a dispatch report on stderr at exit: calls, hits,
+                        compiles, fallbacks, overhead per function, and what
+                        changed in the signature at each recompile
+  --trace-out FILE.json write the calls as Chrome trace-event JSON (Perfetto)
+  --no-patch            leave jax.jit alone (trace only code that calls
+                        fastdispatch.jit itself)
+  -m module             run a library module as a script, like python -m
+  -h, --help            show this message
+"""
+
+PROG = "python -m fastdispatch"
+
+
+class Options:
+    def __init__(self):
+        self.trace = False
+        self.trace_out = None
+        self.patch = True
+        self.module = None        # run with -m
+        self.script = None
+        self.args = []
+
+
+def parse(argv):
+    """Options up to the script (or -m module); everything after belongs to it."""
+    options = Options()
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg in ("-h", "--help"):
+            sys.stdout.write(USAGE)
+            sys.exit(0)
+        elif arg == "--trace":
+            options.trace = True
+        elif arg == "--no-patch":
+            options.patch = False
+        elif arg == "--trace-out" or arg.startswith("--trace-out="):
+            if "=" in arg:
+                options.trace_out = arg.partition("=")[2]
+            elif i + 1 < len(argv):
+                i += 1
+                options.trace_out = argv[i]
+            else:
+                usage_error("--trace-out needs a file name")
+        elif arg == "-m":
+            if i + 1 >= len(argv):
+                usage_error("-m needs a module name")
+            options.module = argv[i + 1]
+            options.args = argv[i + 2:]
+            return options
+        elif arg.startswith("-") and arg != "-":
+            usage_error(f"unknown option {arg}")
+        else:
+            options.script = arg
+            options.args = argv[i + 1:]
+            return options
+        i += 1
+    usage_error("no script or -m module to run")
+
+
+def usage_error(message):
+    sys.stderr.write(USAGE.split("\n\n")[0] + "\n")
+    sys.stderr.write(f"{PROG}: error: {message}\n")
+    sys.exit(2)
+
+
+def check_writable(path):
+    """Refuse an unwritable --trace-out before the program runs, not after."""
+    existed = os.path.exists(path)
+    try:
+        with open(path, "a"):
+            pass
+    except OSError as e:
+        sys.stderr.write(f"{PROG}: error: cannot write --trace-out {path!r}: {e.strerror}\n")
+        sys.exit(2)
+    if not existed:
+        os.remove(path)
+
+
+def check_script(path):
+    """Python's own message and exit code for a script that cannot be opened."""
+    try:
+        with open(path, "rb"):
+            pass
+    except IsADirectoryError:
+        pass                      # a directory with __main__.py: runpy handles it
+    except OSError as e:
+        interpreter = sys.orig_argv[0] if sys.orig_argv else "python"
+        sys.stderr.write(
+            f"{interpreter}: can't open file '{os.path.abspath(path)}': "
+            f"[Errno {e.errno}] {e.strerror}\n")
+        sys.exit(2)
+
+
+def patch_jax():
+    import jax
+
+    import fastdispatch
+    jax.jit = fastdispatch.jit
+
+
+def start_tracing(options):
+    """Switch tracing on; report and save from an atexit hook, which Python
+    runs after the program's threads finished and after its own atexit hooks
+    (registered later, so run earlier)."""
+    from fastdispatch import trace
+    t = trace.start()
+
+    def finish():
+        trace.stop(t)
+        if options.trace:
+            sys.stderr.write("\n" + t.report())
+        if options.trace_out:
+            t.save(options.trace_out)
+            sys.stderr.write(f"{PROG}: wrote {options.trace_out} (open it in ui.perfetto.dev)\n")
+        sys.stderr.flush()
+
+    atexit.register(finish)
+
+
+def run(options):
+    """Run the program as python would; return its exit code or raise SystemExit."""
+    if options.module is not None:
+        sys.argv = [options.module] + options.args
+        run_program = lambda: runpy.run_module(options.module, run_name="__main__", alter_sys=True)
+    else:
+        sys.argv = [options.script] + options.args
+        # python script.py puts the script's directory (symlinks resolved) first.
+        sys.path[0] = os.path.dirname(os.path.realpath(options.script))
+        if os.path.isfile(options.script):
+            run_program = lambda: run_file(options.script)
+        else:                     # a directory or zip file with __main__.py
+            run_program = lambda: runpy.run_path(options.script, run_name="__main__")
+    try:
+        run_program()
+    except SystemExit:
+        raise
+    except BaseException as error:
+        error.__traceback__ = program_frames(error.__traceback__)
+        sys.excepthook(type(error), error, error.__traceback__)
+        return 130 if isinstance(error, KeyboardInterrupt) else 1
+    return 0
+
+
+def run_file(script):
+    """Execute a script file as the __main__ module, as python does.  (runpy.run_path
+    would set sys.argv[0] to the path; python keeps it as typed.)"""
+    path = os.path.abspath(script)   # python names the file by its absolute path
+    module = types.ModuleType("__main__")
+    module.__file__ = path
+    module.__cached__ = None
+    module.__loader__ = importlib.machinery.SourceFileLoader("__main__", path)
+    module.__builtins__ = builtins
+    sys.modules["__main__"] = module
+    with open(path, "rb") as f:
+        code = compile(f.read(), path, "exec")
+    exec(code, module.__dict__)
+
+
+def program_frames(tb):
+    """Drop the leading frames of this module and of runpy from a traceback,
+    so that it reads as python's own: it starts in the program."""
+    launcher = (__file__, runpy.__file__, "<frozen runpy>")
+    while tb is not None and tb.tb_next is not None and tb.tb_frame.f_code.co_filename in launcher:
+        tb = tb.tb_next
+    return tb
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["bench"]:
+        from fastdispatch.bench import main as bench_main
+        return bench_main(argv[1:])
+    options = parse(argv)
+    if options.trace_out:
+        check_writable(options.trace_out)
+    if options.script is not None:
+        check_script(options.script)
+    if options.patch:
+        patch_jax()
+    if options.trace or options.trace_out:
+        start_tracing(options)
+    return run(options)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,279 @@
+"""The report logic of fastdispatch.trace, driven by synthetic calls.
+
+A fake compiled function and fake signatures stand in for the dispatcher, so
+these tests pin the aggregates, the recompile explanations and the trace file
+exactly; tests/e2e runs the real dispatcher.
+"""
+import json
+import threading
+
+import pytest
+
+from fastdispatch import trace as tracing
+from fastdispatch.trace import Trace, explain_change
+
+
+def step(x):
+    return x
+
+
+class FakeCompiled:
+    """What the sink reads of a CompiledFunction."""
+
+    def __init__(self, fun):
+        self.__wrapped__ = fun
+        self.__name__ = fun.__name__
+        self.__qualname__ = fun.__qualname__
+
+
+class FakeSignature:
+    def __init__(self, args, static=(), context=(("x64", "False"),), treedef=None):
+        self._description = {"args": list(args), "static": list(static), "context": list(context)}
+        self.treedef = treedef if treedef is not None else tuple(path for path, _ in args)
+
+    def describe(self):
+        return self._description
+
+
+def stamps(start, flatten=100, signature=200, lookup=300, launch=5000, unflatten=400):
+    times = [start]
+    for phase in (flatten, signature, lookup, launch, unflatten):
+        times.append(times[-1] + phase)
+    return tuple(times)
+
+
+def call(t, fn, signature, *, hit=True, compile_ns=0, fallback=None, start=0, **phases):
+    t.record(fn, stamps(start, **phases), hit, compile_ns, fallback, signature)
+
+
+F = FakeCompiled(step)
+SIG4 = FakeSignature([("x", "f32[4]")])
+SIG8 = FakeSignature([("x", "f32[8]")])
+
+
+def test_aggregates_count_calls_hits_compiles_and_fallbacks():
+    t = Trace()
+    call(t, F, SIG4, hit=False, compile_ns=2_000_000, lookup=2_000_300)
+    for i in range(9):
+        call(t, F, SIG4, start=10_000 * (i + 1))
+    call(t, F, None, hit=False, fallback="tracer")
+    call(t, F, None, hit=False, fallback="disable_jit")
+    call(t, F, None, hit=False, fallback="tracer")
+    (row,) = t.stats().values()
+    assert row["name"] == "step"
+    assert row["location"].endswith(f"test_trace.py:{step.__code__.co_firstlineno}")
+    assert (row["calls"], row["hits"], row["compiles"]) == (13, 9, 1)
+    assert row["compile_seconds"] == pytest.approx(0.002)
+    assert row["fallbacks"] == {"tracer": 2, "disable_jit": 1}
+
+
+def test_overhead_is_the_time_outside_launch_and_compile():
+    t = Trace()
+    # The compiling call's lookup includes its 1 ms compile: not overhead.
+    call(t, F, SIG4, hit=False, compile_ns=1_000_000, lookup=1_000_300)
+    for i in range(99):
+        call(t, F, SIG4, start=i * 10_000)
+    overhead = t.stats()["step (" + t.stats().popitem()[1]["location"] + ")"]["overhead_ns"]
+    # flatten 100 + signature 200 + lookup 300 + unflatten 400
+    assert overhead["mean"] == 1000
+    assert abs(overhead["p50"] - 1000) <= 1000 / 32
+    assert abs(overhead["p99"] - 1000) <= 1000 / 32
+
+
+def test_percentiles_follow_the_distribution():
+    t = Trace()
+    for i in range(1000):
+        # overhead = 100 + 200 + 300 + unflatten; a slow tail of 2% at ~100 us
+        call(t, F, SIG4, unflatten=100_000 if i % 50 == 0 else 400, start=i * 1_000_000)
+    (row,) = t.stats().values()
+    assert row["overhead_ns"]["p50"] == pytest.approx(1000, rel=0.04)
+    assert row["overhead_ns"]["p99"] == pytest.approx(100_600, rel=0.04)
+    assert row["phase_ns_mean"]["launch"] == 5000
+
+
+def test_aggregates_never_drop_though_the_event_ring_does():
+    t = Trace(max_events=10)
+    for i in range(tracing._FOLD_EVERY + 50):
+        call(t, F, SIG4, start=i * 10_000)
+    (row,) = t.stats().values()
+    assert row["calls"] == tracing._FOLD_EVERY + 50
+    spans = [e for e in t.chrome_trace()["traceEvents"] if e.get("cat") == "call"]
+    assert len(spans) == 10
+
+
+def test_functions_are_keyed_by_code_location():
+    # A new jit wrapper of the same function (jit inside a loop) is one row.
+    t = Trace()
+    call(t, FakeCompiled(step), SIG4, hit=False, compile_ns=10)
+    call(t, FakeCompiled(step), SIG4, hit=False, compile_ns=10)
+    (row,) = t.stats().values()
+    assert row["compiles"] == 2
+    assert row["recompiles"][0]["changes"][0].startswith("signature unchanged")
+
+
+def test_report_has_a_row_per_function_and_explains_recompiles():
+    def other(y):
+        return y
+
+    t = Trace()
+    call(t, F, SIG4, hit=False, compile_ns=5_000_000)
+    call(t, F, SIG4)
+    call(t, F, SIG8, hit=False, compile_ns=4_000_000)
+    call(t, FakeCompiled(other), None, hit=False, fallback="tracer")
+    t.stop()
+    text = t.report()
+    assert "4 calls of 2 functions" in text
+    step_row = next(line for line in text.splitlines() if line.startswith("step ("))
+    assert step_row.split()[2:6] == ["3", "1", "2", "0.009"]
+    other_row = next(line for line in text.splitlines() if "other" in line and "(" in line)
+    assert other_row.rstrip().endswith("tracer 1")
+    assert "compile 2:" in text
+    assert "    x: f32[4] -> f32[8]" in text
+    assert "overhead: time of a call outside the executable launch" in text
+
+
+def test_empty_report():
+    assert "no compiled function was called" in Trace().report()
+
+
+# -- explanations --------------------------------------------------------------
+
+def describe(args=(), static=(), context=(("x64", "False"),)):
+    return {"args": list(args), "static": list(static), "context": list(context)}
+
+
+@pytest.mark.parametrize("old, new, expected", [
+    (describe([("x", "f32[4]")]), describe([("x", "f32[8]")]), ["x: f32[4] -> f32[8]"]),
+    (describe([("lr", "f32[]{weak}")]), describe([("lr", "f32[]")]),
+     ["lr: weak_type changed (f32[]{weak} -> f32[])"]),
+    (describe(static=[("mode", "'train'")]), describe(static=[("mode", "'eval'")]),
+     ["static mode: 'train' -> 'eval'"]),
+    (describe(), describe(context=[("x64", "True")]), ["x64 mode changed (False -> True)"]),
+    (describe(context=[("default_device", "None")]),
+     describe(context=[("default_device", "CpuDevice(id=1)")]),
+     ["default_device: None -> CpuDevice(id=1)"]),
+    (describe([("x", "f32[4]")]), describe([("x", "f32[4]@SingleDeviceSharding(cpu:0)")]),
+     ["x: f32[4] -> f32[4]@SingleDeviceSharding(cpu:0)"]),
+    (describe([("params['a']", "f32[2]")]),
+     describe([("params['a']", "f32[2]"), ("params['b']", "f32[2]")]),
+     ["params: tree structure changed (params['b'] added)"]),
+    (describe([("x", "f32[4]")]), describe([("x", "f32[4]")]),
+     ["signature unchanged: compiled again (a new jit wrapper of the same function, "
+      "or its entry was evicted from the cache)"]),
+])
+def test_explain_change(old, new, expected):
+    assert explain_change(old, new) == expected
+
+
+def test_explain_change_uses_the_pytree_difference_when_trees_differ(monkeypatch):
+    monkeypatch.setattr(tracing, "_tree_difference", lambda a, b: "key 'b' added")
+    old = describe([("params['a']", "f32[2]")])
+    new = describe([("params['a']", "f32[2]"), ("params['b']", "f32[2]")])
+    assert explain_change(old, new, "tree-a", "tree-b") == [
+        "params: tree structure changed (key 'b' added)"]
+
+
+def test_explain_change_names_a_structure_change_without_new_paths(monkeypatch):
+    monkeypatch.setattr(tracing, "_tree_difference", lambda a, b: "tuple became list")
+    args = describe([("x[0]", "f32[2]")])
+    assert explain_change(args, args, "tuple", "list") == [
+        "arguments: tree structure changed (tuple became list)"]
+
+
+def test_a_recompile_is_explained_against_the_closest_earlier_signature():
+    t = Trace()
+    a = FakeSignature([("x", "f32[4]"), ("y", "f32[4]")])
+    b = FakeSignature([("x", "f32[8]"), ("y", "f32[8]")])
+    c = FakeSignature([("x", "f32[4]"), ("y", "f32[2]")])
+    for signature in (a, b, c):
+        call(t, F, signature, hit=False, compile_ns=1)
+    (row,) = t.stats().values()
+    assert row["recompiles"] == [
+        {"compile": 2, "changes": ["x: f32[4] -> f32[8]", "y: f32[4] -> f32[8]"]},
+        {"compile": 3, "changes": ["y: f32[4] -> f32[2]"]},
+    ]
+
+
+# -- Chrome trace file -----------------------------------------------------------
+
+def test_trace_file_has_spans_per_call_phase_and_compile(tmp_path):
+    t = Trace()
+    call(t, F, SIG4, hit=False, compile_ns=1_000_000, lookup=1_000_300, start=t.start_ns)
+    worker = threading.Thread(target=call, args=(t, F, SIG4), kwargs={"start": t.start_ns + 10**7},
+                              name="worker")
+    worker.start()
+    worker.join()
+    path = tmp_path / "run.json"
+    t.save(path)
+    data = json.loads(path.read_text())
+    events = data["traceEvents"]
+    spans = [e for e in events if e["ph"] == "X"]
+    for e in spans:
+        assert {"name", "ph", "ts", "dur", "pid", "tid"} <= e.keys()
+    names = [e["name"] for e in spans]
+    assert names.count("step") == 2
+    assert names.count("step: compile") == 1
+    for phase in tracing.PHASES:
+        assert names.count(f"step: {phase}") == 2
+    compile_span = next(e for e in spans if e["name"] == "step: compile")
+    assert compile_span["dur"] == 1000.0          # microseconds
+    assert compile_span["ts"] == pytest.approx(0.1 + 0.2 + 0.3)  # ends with the lookup
+    threads = {e["args"]["name"] for e in events if e["name"] == "thread_name"}
+    assert threads == {threading.main_thread().name, "worker"}
+    assert len({e["tid"] for e in spans}) == 2
+
+
+def test_zero_length_phases_of_a_fallback_are_left_out():
+    t = Trace()
+    t.record(F, (0, 100, 100, 100, 100, 9000), False, 0, "disable_jit", None)
+    names = [e["name"] for e in t.chrome_trace()["traceEvents"] if e["ph"] == "X"]
+    assert names == ["step", "step: flatten", "step: unflatten"]
+
+
+# -- the public API (through a fake sink setter) -----------------------------------
+
+@pytest.fixture
+def sinks(monkeypatch):
+    """Captures what trace() installs as the dispatcher's sink."""
+    from fastdispatch import _dispatch
+    installed = []
+    monkeypatch.setattr(_dispatch, "set_trace_sink", installed.append, raising=False)
+    return installed
+
+
+def test_trace_installs_and_removes_the_sink_and_nests(sinks):
+    with tracing.trace() as outer:
+        assert sinks[-1] is outer
+        with tracing.trace() as inner:
+            sinks[-1].record(F, stamps(0), True, 0, None, SIG4)
+        assert sinks[-1] is outer
+    assert sinks[-1] is None
+    (outer_row,) = outer.stats().values()
+    (inner_row,) = inner.stats().values()
+    assert outer_row["calls"] == inner_row["calls"] == 1
+    assert tracing.stats().keys() == outer.stats().keys()
+
+
+def test_assert_max_compiles_passes_within_the_limit(sinks):
+    with tracing.assert_max_compiles(1):
+        sinks[-1].record(F, stamps(0), False, 10, None, SIG4)
+        sinks[-1].record(F, stamps(0), True, 0, None, SIG4)
+    assert sinks[-1] is None
+
+
+def test_assert_max_compiles_names_the_function_and_the_change(sinks):
+    with pytest.raises(AssertionError) as error:
+        with tracing.assert_max_compiles(1):
+            sinks[-1].record(F, stamps(0), False, 10, None, SIG4)
+            sinks[-1].record(F, stamps(0), False, 10, None, SIG8)
+    message = str(error.value)
+    assert "step (" in message and "compiled 2 times (at most 1 allowed)" in message
+    assert "compile 2: x: f32[4] -> f32[8]" in message
+    assert sinks[-1] is None
+
+
+def test_assert_max_compiles_does_not_hide_the_blocks_own_error(sinks):
+    with pytest.raises(KeyError):
+        with tracing.assert_max_compiles(0):
+            sinks[-1].record(F, stamps(0), False, 10, None, SIG4)
+            raise KeyError("mine")
