@@ -18,6 +18,7 @@ cdef class DictKeys:
     cdef tuple sorted_keys          # the same keys sorted as jax sorts them
     cdef Py_ssize_t* order          # order[j] = insertion index of sorted_keys[j]
     cdef Py_hash_t keys_hash        # hash(sorted_keys), computed once
+    cdef bint atoms                 # every key is an atom (str, int, ...): safe to cache
     cdef TreeDef memo               # the last dict node built with these keys
 
 
@@ -30,7 +31,7 @@ cdef class NodeType:
     cdef tuple data_fields          # DATACLASS: attribute names of the children
     cdef tuple meta_fields          # DATACLASS: attribute names of the aux data
     cdef bint checked               # DATACLASS: fields checked against to_iter on a first instance
-    cdef TreeDef memo               # the last node built for this type (reused when identical)
+    cdef dict memos                 # aux data (atoms only) -> the last node built with it
 
 
 cdef class TreeDef:
@@ -42,6 +43,9 @@ cdef class TreeDef:
     cdef object node_data                  # DICT: DictKeys; CUSTOM/DATACLASS: aux data; else None
     cdef tuple children                    # the child TreeDefs, in jax's order
     cdef NodeType info                     # NAMEDTUPLE/CUSTOM/DATACLASS: how to rebuild; else None
+    cdef bint cacheable                    # holds only atoms (no user objects) down to its leaves:
+                                           # a memo may keep it without keeping anything alive
+    cdef object __weakref__                # lets tests check that TreeDefs are freed
 
     cdef bint same_as(self, TreeDef other)     # fast equality: identity, hash, then structure
     cpdef object unflatten(self, object leaves)

@@ -50,6 +50,8 @@ cdef enum:
     SEQ_SLOTS = 64
     # Types seen; cleared past this many so classes made in a loop cannot pile up.
     MAX_NODE_TYPES = 4096
+    # Memoised nodes per registered type (one per distinct aux value).
+    MAX_MEMOS_PER_TYPE = 256
 
 cdef extern from *:
     """
@@ -214,17 +216,19 @@ cdef class TreeDef:
 
 
 cdef inline TreeDef _new_node(int kind, object node_type, object node_data, tuple children,
-                              NodeType info, Py_uhash_t data_hash):
+                              NodeType info, Py_uhash_t data_hash, bint own_cacheable):
     """A node over already-built children; its counts and hash are computed here, once."""
     cdef TreeDef node = TreeDef.__new__(TreeDef)
     cdef TreeDef child
     cdef Py_ssize_t i, n = PyTuple_GET_SIZE(children)
     cdef Py_ssize_t num_leaves = 0, num_nodes = 1
+    cdef bint cacheable = own_cacheable
     cdef Py_uhash_t acc = _mix(_mix(_mix(XXPRIME_5, <Py_uhash_t>kind), <Py_uhash_t>n), data_hash)
     for i in range(n):
         child = <TreeDef>PyTuple_GET_ITEM(children, i)
         num_leaves += child.num_leaves
         num_nodes += child.num_nodes
+        cacheable = cacheable and child.cacheable
         acc = _mix(acc, <Py_uhash_t>child._hash)
     node.kind = kind
     node.node_type = node_type
@@ -233,6 +237,7 @@ cdef inline TreeDef _new_node(int kind, object node_type, object node_data, tupl
     node.info = info
     node.num_leaves = num_leaves
     node.num_nodes = num_nodes
+    node.cacheable = cacheable
     if <Py_hash_t>acc == -1:
         acc = 1546275796
     node._hash = <Py_hash_t>acc
@@ -240,7 +245,7 @@ cdef inline TreeDef _new_node(int kind, object node_type, object node_data, tupl
 
 
 cdef TreeDef _make_singleton(int kind, object node_type, Py_ssize_t num_leaves):
-    cdef TreeDef node = _new_node(kind, node_type, None, (), None, 0)
+    cdef TreeDef node = _new_node(kind, node_type, None, (), None, 0, True)
     node.num_leaves = num_leaves
     return node
 
@@ -259,17 +264,20 @@ def _treedef_from_state(int kind, object node_type, object data, tuple children)
     if kind == NODE_NONE:
         return _NONE_DEF
     if kind == NODE_TUPLE or kind == NODE_LIST:
-        return _new_node(kind, node_type, None, children, None, 0)
+        return _new_node(kind, node_type, None, children, None, 0, True)
     if kind == NODE_DICT:
         keys = _new_dict_keys(data, data, None)
-        return _new_node(kind, dict, keys, children, None, <Py_uhash_t>keys.keys_hash)
+        return _new_node(kind, dict, keys, children, None, <Py_uhash_t>keys.keys_hash, keys.atoms)
     info = _lookup_type(node_type)
     if info.kind == NODE_NAMEDTUPLE:
-        return _new_node(NODE_NAMEDTUPLE, node_type, None, children, info, <Py_uhash_t>hash(node_type))
+        return _new_node(NODE_NAMEDTUPLE, node_type, None, children, info, <Py_uhash_t>hash(node_type),
+                         True)
     if info.kind == NODE_LEAF:
         raise TypeError(f"TreeDef: cannot unpickle a node of type {node_type!r}: "
                         "it is not registered as a pytree node in this process")
-    return _new_node(info.kind, node_type, data, children, info, _custom_hash(node_type, data))
+    atom = _is_atom(data, 0)
+    return _new_node(info.kind, node_type, data, children, info,
+                     _custom_hash(node_type, data, atom), atom)
 
 
 # ----------------------------------------------------------------------------
@@ -371,12 +379,14 @@ cdef bint _check_dataclass(NodeType info, object tree, tuple children, tuple aux
             and all(a is b for a, b in zip(exp_aux, aux)))
 
 
-cdef Py_uhash_t _custom_hash(object node_type, object aux) except? 0:
+cdef Py_uhash_t _custom_hash(object node_type, object aux, bint atom) except? 0:
     """hash(type) and hash(aux); unhashable aux data hashes as its type alone
     (jax allows it; equality still compares it)."""
     cdef Py_uhash_t h = <Py_uhash_t>hash(node_type)
     if aux is None:
         return h
+    if atom:  # hashable: no try block
+        return _mix(h, <Py_uhash_t>hash(aux))
     try:
         return _mix(h, <Py_uhash_t>hash(aux))
     except TypeError:
@@ -431,6 +441,7 @@ cdef DictKeys _new_dict_keys(tuple insertion, tuple sorted_keys, list order):
     keys.insertion = insertion
     keys.sorted_keys = sorted_keys
     keys.keys_hash = hash(sorted_keys)
+    keys.atoms = _is_atom(insertion, 0)
     keys.order = <Py_ssize_t*>PyMem_Malloc((n + 1) * sizeof(Py_ssize_t))
     if keys.order == NULL:
         raise MemoryError()
@@ -441,7 +452,7 @@ cdef DictKeys _new_dict_keys(tuple insertion, tuple sorted_keys, list order):
 
 cdef list _dict_slots = [None] * DICT_SLOTS
 cdef TreeDef _EMPTY_DICT_DEF = _new_node(NODE_DICT, dict, _new_dict_keys((), (), None), (), None,
-                                         <Py_uhash_t>hash(()))
+                                         <Py_uhash_t>hash(()), True)
 
 
 cdef inline Py_ssize_t _dict_slot(PyObject* first_key, Py_ssize_t n):
@@ -495,8 +506,10 @@ cdef DictKeys _sort_dict_keys(dict d, Py_ssize_t slot):
             "Comparator raised exception while sorting pytree dictionary keys.") from error
     cdef DictKeys keys = _new_dict_keys(insertion, tuple([insertion[i] for i in order]), order)
     # Two-way slot: the newcomer takes the slot, the old occupant moves to its pair.
-    _dict_slots[slot ^ 1] = _dict_slots[slot]
-    _dict_slots[slot] = keys
+    # Keys that are user objects are not cached: the cache must not keep them alive.
+    if keys.atoms:
+        _dict_slots[slot ^ 1] = _dict_slots[slot]
+        _dict_slots[slot] = keys
     return keys
 
 
@@ -572,9 +585,10 @@ cdef tuple _copy_prefix(tuple memo_children, Py_ssize_t count, Py_ssize_t n):
     return children
 
 
-cdef tuple _flatten_children(object seq, Py_ssize_t n, Py_ssize_t* order, list leaves,
-                             int depth, PyObject** path, TreeDef memo):
-    """Flatten the n items of `seq` (a tuple or list; through `order` if given).
+cdef tuple _flatten_children(object seq, Py_ssize_t n, Py_ssize_t* order, tuple fields,
+                             list leaves, int depth, PyObject** path, TreeDef memo):
+    """Flatten the n items of `seq` (a tuple or list; through `order` if given),
+    or with `fields`, the attributes of that name of `seq` (a dataclass node).
 
     Returns None when every child came out identical to `memo`'s children (the
     caller then reuses `memo`), else the new children tuple.
@@ -588,7 +602,9 @@ cdef tuple _flatten_children(object seq, Py_ssize_t n, Py_ssize_t* order, list l
         children = PyTuple_New(n)
     for i in range(n):
         src = i if order == NULL else order[i]
-        if is_list:
+        if fields is not None:
+            item = getattr(seq, <str>PyTuple_GET_ITEM(fields, i))
+        elif is_list:
             if src >= PyList_GET_SIZE(seq):
                 raise RuntimeError("flatten: a list changed size while it was being flattened")
             item = <object>PyList_GET_ITEM(seq, src)
@@ -612,11 +628,12 @@ cdef TreeDef _flatten_tuple(tuple tree, list leaves, int depth, PyObject** path)
     if memo_obj is not None and PyTuple_GET_SIZE((<TreeDef>memo_obj).children) == n:
         memo = <TreeDef>memo_obj
     _enter(tree, depth, path)
-    cdef tuple children = _flatten_children(tree, n, NULL, leaves, depth + 1, path, memo)
+    cdef tuple children = _flatten_children(tree, n, NULL, None, leaves, depth + 1, path, memo)
     if children is None:
         return memo
-    memo = _new_node(NODE_TUPLE, tuple, None, children, None, 0)
-    _tuple_memo[slot] = memo
+    memo = _new_node(NODE_TUPLE, tuple, None, children, None, 0, True)
+    if memo.cacheable:
+        _tuple_memo[slot] = memo
     return memo
 
 
@@ -628,11 +645,12 @@ cdef TreeDef _flatten_list(list tree, list leaves, int depth, PyObject** path):
     if memo_obj is not None and PyTuple_GET_SIZE((<TreeDef>memo_obj).children) == n:
         memo = <TreeDef>memo_obj
     _enter(tree, depth, path)
-    cdef tuple children = _flatten_children(tree, n, NULL, leaves, depth + 1, path, memo)
+    cdef tuple children = _flatten_children(tree, n, NULL, None, leaves, depth + 1, path, memo)
     if children is None:
         return memo
-    memo = _new_node(NODE_LIST, list, None, children, None, 0)
-    _list_memo[slot] = memo
+    memo = _new_node(NODE_LIST, list, None, children, None, 0, True)
+    if memo.cacheable:
+        _list_memo[slot] = memo
     return memo
 
 
@@ -660,41 +678,43 @@ cdef TreeDef _flatten_dict(dict tree, list leaves, int depth, PyObject** path):
         keys = _sort_dict_keys(tree, slot)
     _enter(tree, depth, path)
     cdef TreeDef memo = keys.memo
-    cdef tuple children = _flatten_children(values, n, keys.order, leaves, depth + 1, path, memo)
+    cdef tuple children = _flatten_children(values, n, keys.order, None, leaves, depth + 1, path, memo)
     if children is None:
         return memo
-    memo = _new_node(NODE_DICT, dict, keys, children, None, <Py_uhash_t>keys.keys_hash)
-    keys.memo = memo
+    memo = _new_node(NODE_DICT, dict, keys, children, None, <Py_uhash_t>keys.keys_hash, keys.atoms)
+    if memo.cacheable:
+        keys.memo = memo
     return memo
 
 
 cdef TreeDef _flatten_node(object tree, NodeType info, list leaves, int depth, PyObject** path):
     """A namedtuple or a node in jax's registry."""
     cdef object result, seq, aux = None
-    cdef TreeDef memo = info.memo
+    cdef tuple fields = None
+    cdef TreeDef memo = None
+    cdef PyObject* found
+    cdef bint atom
     cdef tuple children
     cdef Py_ssize_t i, n
     _enter(tree, depth, path)
     if info.kind == NODE_NAMEDTUPLE:
         seq = tree
     elif info.kind == NODE_DATACLASS:
-        # jax's C++ dataclass node, in C: getattr on the data and meta fields.
-        n = PyTuple_GET_SIZE(info.data_fields)
-        seq = PyTuple_New(n)
-        for i in range(n):
-            result = getattr(tree, <str>PyTuple_GET_ITEM(info.data_fields, i))
-            Py_INCREF(result)
-            PyTuple_SET_ITEM(seq, i, result)
+        # jax's C++ dataclass node, in C: getattr on the meta fields here and on
+        # the data fields as the children are flattened (no Python call).
         aux = PyTuple_New(PyTuple_GET_SIZE(info.meta_fields))
         for i in range(PyTuple_GET_SIZE(info.meta_fields)):
             result = getattr(tree, <str>PyTuple_GET_ITEM(info.meta_fields, i))
             Py_INCREF(result)
             PyTuple_SET_ITEM(aux, i, result)
         if not info.checked:
+            seq = tuple([getattr(tree, name) for name in info.data_fields])
             if not _check_dataclass(info, tree, <tuple>seq, <tuple>aux):
                 info.kind = NODE_CUSTOM
                 return _flatten_node(tree, info, leaves, depth, path)
             info.checked = True
+        seq = tree
+        fields = info.data_fields
     else:
         result = info.to_iter(tree)
         if type(result) is not tuple or PyTuple_GET_SIZE(result) != 2:
@@ -705,21 +725,28 @@ cdef TreeDef _flatten_node(object tree, NodeType info, list leaves, int depth, P
         aux = <object>PyTuple_GET_ITEM(result, 1)
         if type(seq) is not tuple and type(seq) is not list:
             seq = tuple(seq)
-    n = len(seq)
-    if memo is not None and (PyTuple_GET_SIZE(memo.children) != n
-                             or not _same_aux(memo.node_data, aux)):
-        memo = None
-    children = _flatten_children(seq, n, NULL, leaves, depth + 1, path, memo)
+    n = len(seq) if fields is None else PyTuple_GET_SIZE(fields)
+    # Memoised per aux value (a dataclass's static fields, say), atoms only.
+    atom = _is_atom(aux, 0)
+    if atom and info.memos is not None:
+        found = PyDict_GetItem(info.memos, aux)
+        if found != NULL:
+            memo = <TreeDef>found
+            if PyTuple_GET_SIZE(memo.children) != n or not _same_aux(memo.node_data, aux):
+                memo = None
+    children = _flatten_children(seq, n, NULL, fields, leaves, depth + 1, path, memo)
     if children is None:
         return memo
     if info.kind == NODE_NAMEDTUPLE:
         memo = _new_node(NODE_NAMEDTUPLE, info.node_type, None, children, info,
-                         <Py_uhash_t>hash(info.node_type))
+                         <Py_uhash_t>hash(info.node_type), True)
     else:
         memo = _new_node(info.kind, info.node_type, aux, children, info,
-                         _custom_hash(info.node_type, aux))
-    if _is_atom(aux, 0):
-        info.memo = memo
+                         _custom_hash(info.node_type, aux, atom), atom)
+    if memo.cacheable:
+        if info.memos is None or len(info.memos) >= MAX_MEMOS_PER_TYPE:
+            info.memos = {}
+        info.memos[aux] = memo
     return memo
 
 

@@ -1,0 +1,128 @@
+"""Flatten and unflatten: fastdispatch._pytree against jax.tree_util, side by side.
+
+Run: ``python -m fastdispatch.bench.pytree [--repeats N]``.
+
+Each workload is timed for both libraries in the same run, repeats interleaved
+(ours, jax, ours, jax, ...) so that machine noise hits both alike; the table
+gives medians per call and the ratio ours/jax (below 1: we are faster).
+Not a test: nothing here asserts; the numbers go into docs/performance.md.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import platform
+import statistics
+import timeit
+
+import jax
+import jax.tree_util as jtu
+import jaxlib
+import numpy as np
+
+from fastdispatch import _pytree
+
+
+@jtu.register_dataclass
+@dataclasses.dataclass
+class Layer:
+    """A registered dataclass as models use them: two arrays and a static name."""
+    w: object
+    b: object
+    name: str = dataclasses.field(metadata=dict(static=True))
+
+
+def workloads() -> dict:
+    """name -> tree. Leaves are small numpy arrays (any non-container is a leaf)."""
+    w, b = np.ones((8, 8), np.float32), np.ones((8,), np.float32)
+    return {
+        "tuple, 10 leaves": tuple(np.float32(i) for i in range(10)),
+        "flat dict, 200 keys": {f"key_{i}": np.float32(i) for i in range(200)},
+        "param dict, 50 layers {w, b}": {f"layer_{i}": {"w": w, "b": b} for i in range(50)},
+        "nested list, 1000 leaves": [[np.float32(j) for j in range(10)] for _ in range(100)],
+        "list of 50 dataclasses": [Layer(w, b, f"layer_{i}") for i in range(50)],
+    }
+
+
+def _per_call(fn, number: int) -> float:
+    return timeit.timeit(fn, number=number) / number
+
+
+def _time_pair(ours, theirs, repeats: int) -> tuple[float, float]:
+    # Calibrate the loop to ~2 ms per repeat on jax's side.
+    number = max(1, int(2e-3 / max(_per_call(theirs, 20), 1e-9)))
+    ours_times, jax_times = [], []
+    for _ in range(repeats):
+        ours_times.append(_per_call(ours, number))
+        jax_times.append(_per_call(theirs, number))
+    return statistics.median(ours_times), statistics.median(jax_times)
+
+
+def run(repeats: int = 15) -> list[dict]:
+    """One row per (workload, operation): medians in microseconds and the ratio."""
+    rows = []
+    for name, tree in workloads().items():
+        leaves, treedef = _pytree.flatten(tree)
+        jax_leaves, jax_treedef = jtu.tree_flatten(tree)
+        assert leaves == jax_leaves or all(a is b for a, b in zip(leaves, jax_leaves))
+        assert treedef.to_jax() == jax_treedef
+        pairs = {
+            "flatten": (lambda: _pytree.flatten(tree), lambda: jtu.tree_flatten(tree)),
+            "unflatten": (lambda: treedef.unflatten(leaves),
+                          lambda: jtu.tree_unflatten(jax_treedef, jax_leaves)),
+        }
+        for operation, (ours, theirs) in pairs.items():
+            ours_s, jax_s = _time_pair(ours, theirs, repeats)
+            rows.append({
+                "workload": name,
+                "operation": operation,
+                "leaves": treedef.num_leaves,
+                "fastdispatch_us": ours_s * 1e6,
+                "jax_us": jax_s * 1e6,
+                "ratio": ours_s / jax_s,
+            })
+    return rows
+
+
+def cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def environment() -> str:
+    return (f"jax {jax.__version__}, jaxlib {jaxlib.__version__}, "
+            f"Python {platform.python_version()}, numpy {np.__version__}, CPU: {cpu_name()}")
+
+
+def format_table(rows: list[dict]) -> str:
+    """A Markdown table of `rows` as `run` returns them."""
+    lines = [
+        "| workload | operation | leaves | fastdispatch (us) | jax.tree_util (us) | ratio |",
+        "|---|---|---:|---:|---:|---:|",
+    ]
+    for row in rows:
+        lines.append(
+            f"| {row['workload']} | {row['operation']} | {row['leaves']} | "
+            f"{row['fastdispatch_us']:.2f} | {row['jax_us']:.2f} | {row['ratio']:.2f} |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=15,
+                        help="interleaved repeats per measurement (medians are reported)")
+    args = parser.parse_args(argv)
+    print(environment())
+    print(f"command: python -m fastdispatch.bench.pytree --repeats {args.repeats}")
+    print()
+    print(format_table(run(repeats=args.repeats)))
+
+
+if __name__ == "__main__":
+    main()
