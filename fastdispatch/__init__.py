@@ -1,1 +1,14 @@
-"""fastdispatch: jax.jit with less time between the Python call and the executable."""
+"""fastdispatch: jax.jit with less time between the Python call and the executable.
+
+    from fastdispatch import jit     # instead of: from jax import jit
+"""
+from fastdispatch._cache import CompiledFunctionCache, default_cache
+from fastdispatch._dispatch import CompiledFunction, jit, set_post_hook
+
+__all__ = [
+    "CompiledFunction",
+    "CompiledFunctionCache",
+    "default_cache",
+    "jit",
+    "set_post_hook",
+]

@@ -166,3 +166,25 @@ def raw_runner(compiled: jax.stages.Compiled, *args, **kwargs):
         return executable.execute_sharded(buffers).consume_with_handlers(handlers)
 
     return run
+
+
+def trace_context_names() -> tuple:
+    """Names of the values in ``trace_context()``, in order (for reports)."""
+    return tuple(_config.trace_context_names())
+
+
+def slow_path_reason() -> str | None:
+    """Why jax itself must take a call right now, or None.
+
+    Read on a cache miss only: each of these settings is part of
+    ``trace_context()``, so a change in them also changes the cache key.
+    """
+    if _config.disable_jit.value:
+        return "disable_jit"
+    if _config.no_tracing.value:
+        return "no_tracing"
+    if _config.no_execution.value:
+        return "no_execution"
+    if not _core.trace_state_clean():
+        return "tracer"
+    return None

@@ -1,1 +1,395 @@
-# placeholder: filled in by its issue
+# cython: boundscheck=False, wraparound=False
+"""CompiledFunction, the hot path of ``fastdispatch.jit``.
+
+One call, as data flows (docs/architecture.md):
+  1. state      a transformation tracing right now? -> jax
+  2. flatten    dynamic args -> leaves + TreeDef
+  3. signature  the previous call's entry if everything matches by identity,
+                else a CallSignature looked up in our part of the shared LRU
+  4. miss       one thread compiles via jax.jit(fun).lower(...).compile();
+                the others wait on the entry's event
+  5. execute    execute_sharded(leaves).consume_with_handlers(out_handlers)
+  6. unflatten  the output tree; post hook; trace event
+
+Whatever the fast path cannot run, jax.jit itself runs (``_slow``), with the
+reason recorded for ``--trace``; so results never differ from jax.jit's.
+"""
+import functools
+import inspect
+import threading
+import types
+
+import jax
+
+from cpython.list cimport PyList_GET_SIZE
+
+from fastdispatch._pytree cimport TreeDef, flatten_into
+from fastdispatch._signature cimport (
+    CallSignature, LeafStatus, LEAVES_OK, LEAVES_TRACER, make_signature, read_leaf_keys)
+from fastdispatch._cache cimport CacheEntry, CompiledFunctionCache, FunctionCache
+from fastdispatch._cache import default_cache
+from fastdispatch import _compile
+
+
+cdef extern from "<time.h>" nogil:
+    ctypedef long time_t
+    cdef struct timespec:
+        time_t tv_sec
+        long tv_nsec
+    int clock_gettime(int clock_id, timespec* tp)
+    int CLOCK_MONOTONIC
+
+
+cdef inline long long _now_ns() noexcept nogil:
+    # The clock of time.perf_counter_ns() on Linux, without a Python call.
+    cdef timespec ts
+    clock_gettime(CLOCK_MONOTONIC, &ts)
+    return <long long>ts.tv_sec * 1000000000 + ts.tv_nsec
+
+
+cdef object _trace_context = _compile.trace_context
+cdef object _trace_state = _compile.TRACE_STATE
+cdef object _clean_trace_state = _compile.CLEAN_TRACE_STATE
+cdef object _slow_path_reason = _compile.slow_path_reason
+
+# Tracing: a C-level flag checked once per call; see fastdispatch.trace.
+cdef object _trace_sink = None
+
+# Post hooks: the global one, and a count of threads that set their own so
+# that a call looks at thread-local storage only when one might be there.
+cdef object _global_post_hook = None
+cdef int _thread_post_hooks = 0
+_thread_local = threading.local()
+
+
+def set_trace_sink(sink):
+    """Send every call's timings to ``sink.record(...)``; None stops it."""
+    global _trace_sink
+    _trace_sink = sink
+
+
+def get_trace_sink():
+    return _trace_sink
+
+
+def set_post_hook(hook, *, thread_local=False):
+    """Call ``hook(function, args, kwargs, output)`` after every call.
+
+    With ``thread_local=True`` the hook applies to the calling thread only and
+    replaces the global one there.  ``None`` removes the hook.
+    """
+    global _global_post_hook, _thread_post_hooks
+    if hook is not None and not callable(hook):
+        raise TypeError(f"set_post_hook: hook must be callable or None, got {hook!r}")
+    if not thread_local:
+        _global_post_hook = hook
+        return
+    had_hook = getattr(_thread_local, "post_hook", None) is not None
+    _thread_local.post_hook = hook
+    _thread_post_hooks += (hook is not None) - had_hook
+
+
+cdef inline object _current_post_hook():
+    if _thread_post_hooks:
+        hook = getattr(_thread_local, "post_hook", None)
+        if hook is not None:
+            return hook
+    return _global_post_hook
+
+
+cdef class _NotGiven:
+    def __repr__(self):
+        return "<not given>"
+
+# Marks a jit option the caller left out, so that jax.jit applies its own default.
+NOT_GIVEN = _NotGiven()
+
+
+def _freeze(value):
+    """A hashable stand-in for a jit option, for the shared cache's key."""
+    if isinstance(value, (list, tuple)):
+        return tuple(_freeze(v) for v in value)
+    if isinstance(value, dict):
+        return tuple(sorted((k, _freeze(v)) for k, v in value.items()))
+    return value
+
+
+def _positional_names(fun):
+    try:
+        parameters = inspect.signature(fun).parameters.values()
+    except (TypeError, ValueError):
+        return ()
+    return tuple(p.name for p in parameters
+                 if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD))
+
+
+cdef class CompiledFunction:
+    """A function compiled by ``fastdispatch.jit``: call it as the function.
+
+    Behaves as ``jax.jit(fun, **options)`` in every observable way (results,
+    dtypes, weak types, shardings, errors, retraces), with less time spent per
+    call between Python and the executable.
+    """
+
+    def __init__(self, fun, dict options=None, cache=None):
+        options = {} if options is None else options
+        if cache is not None and not isinstance(cache, CompiledFunctionCache):
+            raise TypeError(
+                f"jit: cache must be a fastdispatch.CompiledFunctionCache, got {cache!r}")
+        # jax.jit validates fun and every option, with its own messages.
+        self._jitted = jax.jit(fun, **options)
+        self.fun = fun
+        self._options = options
+        self._cache = default_cache() if cache is None else cache
+        try:
+            options_key = _freeze(options)
+            hash(options_key)
+        except TypeError:
+            options_key = object()   # unhashable option: this object's entries only
+        self._entries = self._cache.function_cache(fun, options_key)
+        resolved = _compile.resolved_arguments(self._jitted)
+        self._static_argnums = resolved.static_argnums
+        self._static_argnames = frozenset(resolved.static_argnames)
+        self._has_static = bool(self._static_argnums or self._static_argnames)
+        static_positions = {i for i in self._static_argnums if i >= 0}
+        self._dynamic_arg_names = tuple(
+            name for i, name in enumerate(_positional_names(fun))
+            if i not in static_positions)
+        functools.update_wrapper(self, fun)
+
+    # -- the hot path ------------------------------------------------------
+
+    def __call__(self, *args, **kwargs):
+        cdef long long start = 0, flattened = 0, signed = 0, found = 0, launched = 0
+        cdef bint tracing = _trace_sink is not None
+        if tracing:
+            start = _now_ns()
+        context = _trace_context()
+        if _trace_state.value is not _clean_trace_state:
+            return self._slow(args, kwargs, "tracer", start, None)
+
+        cdef tuple dynamic_args = args
+        cdef dict dynamic_kwargs = kwargs
+        cdef tuple static_args = ()
+        if self._has_static:
+            dynamic_args, dynamic_kwargs, static_args = self._split_static(args, kwargs)
+        cdef list leaves = []
+        cdef TreeDef treedef = flatten_into((dynamic_args, dynamic_kwargs), leaves)
+        if tracing:
+            flattened = _now_ns()
+
+        cdef CacheEntry entry = self._last
+        cdef CallSignature signature
+        cdef list keys
+        cdef LeafStatus status
+        if (entry is not None and not entry.evicted
+                and entry.signature.matches_call(treedef, leaves, static_args, context)):
+            if tracing:
+                signed = found = _now_ns()
+        else:
+            keys = []
+            status = read_leaf_keys(leaves, keys)
+            if status != LEAVES_OK:
+                return self._slow(args, kwargs,
+                                  "tracer" if status == LEAVES_TRACER else "unsupported_leaf",
+                                  start, None)
+            try:
+                signature = make_signature(treedef, keys, static_args, context,
+                                           self._dynamic_arg_names)
+            except Exception:
+                # An unhashable static argument: jax raises its own error.
+                return self._slow(args, kwargs, "static_argument_error", start, None)
+            if tracing:
+                signed = _now_ns()
+            try:
+                entry = self._entries.entries.get(signature)
+            except Exception:
+                # A static argument's __eq__ raised: jax reports it its way.
+                return self._slow(args, kwargs, "static_argument_error", start, signature)
+            if entry is None:
+                reason = _slow_path_reason()
+                if reason is not None:
+                    return self._slow(args, kwargs, reason, start, signature)
+                entry = self._entries.insert(signature)
+                return self._compile_and_run(entry, args, kwargs, leaves, start)
+            if not entry.done.is_set():
+                if entry.compiling_thread == threading.get_ident():
+                    raise RecursionError(
+                        f"{self.__name__}: called again with the same argument types "
+                        "while compiling for them (recursive call from the compiling thread)")
+                entry.done.wait()
+            if entry.compile_error is not None:
+                raise entry.compile_error
+            if entry.slow_reason is not None:
+                return self._slow(args, kwargs, entry.slow_reason, start, signature)
+            if tracing:
+                found = _now_ns()
+            self._last = entry
+
+        self._entries.touch(entry)
+        out = entry.run(leaves)
+        if tracing:
+            launched = _now_ns()
+            _trace_sink.record(self, (start, flattened, signed, found, launched, _now_ns()),
+                               True, 0, None, entry.signature)
+        if _global_post_hook is not None or _thread_post_hooks:
+            _call_post_hook(self, args, kwargs, out)
+        return out
+
+    cdef tuple _split_static(self, tuple args, dict kwargs):
+        """(dynamic args, dynamic kwargs, static (label, type, value) triples)."""
+        cdef Py_ssize_t n = len(args)
+        positions = []
+        for i in self._static_argnums:
+            index = i + n if i < 0 else i
+            if 0 <= index < n:
+                positions.append(index)
+        static = []
+        dynamic_args = args
+        if positions:
+            positions.sort()
+            for index in positions:
+                value = args[index]
+                static += (index, type(value), value)
+            dynamic_args = tuple(a for i, a in enumerate(args) if i not in positions)
+        dynamic_kwargs = kwargs
+        if kwargs and self._static_argnames:
+            names = sorted(name for name in kwargs if name in self._static_argnames)
+            if names:
+                for name in names:
+                    value = kwargs[name]
+                    static += (name, type(value), value)
+                dynamic_kwargs = {k: v for k, v in kwargs.items()
+                                  if k not in self._static_argnames}
+        return dynamic_args, dynamic_kwargs, tuple(static)
+
+    cdef object _compile_and_run(self, CacheEntry entry, tuple args, dict kwargs,
+                                 list leaves, long long start):
+        """The miss path, on the one thread that compiles this signature."""
+        cdef long long began = _now_ns()
+        try:
+            compiled = self._jitted.lower(*args, **kwargs).compile()
+            entry.fill(compiled, leaves, (_now_ns() - began) / 1e9)
+        except BaseException as error:
+            # No broken entry stays behind; waiters see this very error.
+            entry.compile_error = error
+            self._entries.remove(entry)
+            entry.done.set()
+            raise
+        cdef long long compiled_at = _now_ns()
+        self._cache._compile_seconds += entry.compile_seconds
+        entry.done.set()
+        if entry.slow_reason is not None:
+            out = self._jitted(*args, **kwargs)
+        else:
+            self._last = entry
+            out = entry.run(leaves)
+        if _trace_sink is not None:
+            now = _now_ns()
+            _trace_sink.record(
+                self, (start, start, began, began, now, now), False,
+                compiled_at - began, entry.slow_reason, entry.signature)
+        if _global_post_hook is not None or _thread_post_hooks:
+            _call_post_hook(self, args, kwargs, out)
+        return out
+
+    cdef object _slow(self, tuple args, dict kwargs, str reason, long long start,
+                      object signature):
+        """jax.jit runs the call: transformations, conversions, effects."""
+        out = self._jitted(*args, **kwargs)
+        if _trace_sink is not None:
+            now = _now_ns()
+            _trace_sink.record(self, (start, now, now, now, now, now), False, 0,
+                               reason, signature)
+        if _global_post_hook is not None or _thread_post_hooks:
+            _call_post_hook(self, args, kwargs, out)
+        return out
+
+    # -- the Python object ---------------------------------------------------
+
+    def __get__(self, instance, owner):
+        # A CompiledFunction in a class body is a method, as a function would be.
+        if instance is None:
+            return self
+        return types.MethodType(self, instance)
+
+    @property
+    def __signature__(self):
+        return inspect.signature(self.fun)
+
+    def __repr__(self):
+        try:
+            fun_repr = repr(self.fun)
+        except Exception:
+            fun_repr = f"<{type(self.fun).__name__} object at {id(self.fun):#x}>"
+        return f"<CompiledFunction of {fun_repr}>"
+
+    def __reduce__(self):
+        cache = None if self._cache is default_cache() else self._cache
+        return _rebuild, (self.fun, self._options, cache)
+
+    def lower(self, *args, **kwargs):
+        """``jax.jit(fun).lower(...)``: a jax.stages.Lowered."""
+        return self._jitted.lower(*args, **kwargs)
+
+    def trace(self, *args, **kwargs):
+        """``jax.jit(fun).trace(...)``: a jax.stages.Traced."""
+        return self._jitted.trace(*args, **kwargs)
+
+    def eval_shape(self, *args, **kwargs):
+        """``jax.jit(fun).eval_shape(...)``: output shapes and dtypes."""
+        return self._jitted.eval_shape(*args, **kwargs)
+
+    def clear_cache(self):
+        """Forget this function's executables and jax's traces of it."""
+        self._clear_cache()
+        self._jitted.clear_cache()
+
+    def _cache_size(self):
+        """The number of executables held for this function."""
+        return len(self._entries)
+
+    def _clear_cache(self):
+        self._entries.clear()
+        self._last = None
+
+    @property
+    def cache(self):
+        """The CompiledFunctionCache holding this function's executables."""
+        return self._cache
+
+    def _cache_entries(self):
+        """This function's CacheEntry objects (for tests and the tracer)."""
+        return self._entries.values()
+
+
+def _call_post_hook(CompiledFunction fn, tuple args, dict kwargs, out):
+    hook = _current_post_hook()
+    if hook is not None:
+        hook(fn, args, kwargs, out)
+
+
+def _rebuild(fun, options, cache):
+    return CompiledFunction(fun, options, cache)
+
+
+def jit(fun=NOT_GIVEN, /, *, in_shardings=NOT_GIVEN, out_shardings=NOT_GIVEN,
+        static_argnums=NOT_GIVEN, static_argnames=NOT_GIVEN,
+        donate_argnums=NOT_GIVEN, donate_argnames=NOT_GIVEN, keep_unused=NOT_GIVEN,
+        device=NOT_GIVEN, backend=NOT_GIVEN, inline=NOT_GIVEN,
+        compiler_options=NOT_GIVEN, cache=None):
+    """``jax.jit`` with less dispatch time; same arguments, same behaviour.
+
+    Usable as ``@jit``, ``jit(f, ...)`` and ``@jit(static_argnames=...)``.
+    ``cache`` is the CompiledFunctionCache to keep executables in (default:
+    ``fastdispatch.default_cache()``).  Returns a CompiledFunction.
+    """
+    given = dict(in_shardings=in_shardings, out_shardings=out_shardings,
+                 static_argnums=static_argnums, static_argnames=static_argnames,
+                 donate_argnums=donate_argnums, donate_argnames=donate_argnames,
+                 keep_unused=keep_unused, device=device, backend=backend,
+                 inline=inline, compiler_options=compiler_options)
+    options = {name: value for name, value in given.items() if value is not NOT_GIVEN}
+    if fun is NOT_GIVEN:
+        return functools.partial(CompiledFunction, options=options, cache=cache)
+    return CompiledFunction(fun, options, cache)

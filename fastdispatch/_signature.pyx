@@ -1,1 +1,198 @@
-# placeholder: filled in by its issue
+# cython: boundscheck=False, wraparound=False
+"""CallSignature: what identifies one compiled executable of a function.
+
+jax keys its executables on the structure of the dynamic arguments, each
+leaf's abstract value (shape, dtype, weak type) and placement (sharding,
+committed), the static arguments compared by type and value, and every config
+value that changes tracing.  So do we.  The hash is computed once; equality
+looks at object identity before value, because jax shares aval and sharding
+objects between arrays of one executable (docs/performance.md).
+"""
+import re
+import sys
+
+from cpython.object cimport PyObject
+from cpython.ref cimport Py_INCREF
+from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
+from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE
+
+from fastdispatch._pytree cimport TreeDef
+from fastdispatch import _compile
+
+cdef object _ARRAY = _compile.ARRAY_TYPE
+cdef object _KEY_ARRAY = _compile.KEY_ARRAY_TYPE
+cdef object _TRACER = _compile.TRACER_TYPE
+cdef str _SHARDING = sys.intern(_compile.SHARDING_ATTR)
+cdef str _COMMITTED = sys.intern(_compile.COMMITTED_ATTR)
+
+
+cdef LeafStatus read_leaf_keys(list leaves, list keys) except *:
+    """Append aval, sharding and committed of every leaf to ``keys``."""
+    cdef Py_ssize_t i, n = PyList_GET_SIZE(leaves)
+    cdef object leaf, leaf_type
+    for i in range(n):
+        leaf = <object>PyList_GET_ITEM(leaves, i)
+        leaf_type = type(leaf)
+        if leaf_type is _ARRAY:
+            keys.append(leaf.aval)
+            keys.append(getattr(leaf, _SHARDING))
+            keys.append(getattr(leaf, _COMMITTED))
+        elif leaf_type is _KEY_ARRAY:
+            keys.append(leaf.aval)
+            keys.append(leaf.sharding)
+            keys.append(leaf.committed)
+        elif isinstance(leaf, _TRACER):
+            return LEAVES_TRACER
+        else:
+            return LEAVES_UNSUPPORTED
+    return LEAVES_OK
+
+
+cdef inline Py_hash_t _mix(Py_hash_t acc, Py_hash_t value):
+    # The combining step of CPython's tuple hash (xxHash's round), on unsigned
+    # arithmetic so that overflow wraps.
+    cdef unsigned long long a = <unsigned long long>acc + <unsigned long long>value * <unsigned long long>14029467366897019727ULL
+    a = (a << 31) | (a >> 33)
+    return <Py_hash_t>(a * <unsigned long long>11400714785074694791ULL)
+
+
+cdef class CallSignature:
+    """The key of one cache entry.  Built by the dispatcher; read by the tracer."""
+
+    def __hash__(self):
+        return self._hash
+
+    def __eq__(self, other):
+        if not isinstance(other, CallSignature):
+            return NotImplemented
+        cdef CallSignature o = <CallSignature>other
+        if self is o:
+            return True
+        return (self._hash == o._hash
+                and self.treedef.same_as(o.treedef)
+                and _same_tuple(self.context, o.context)
+                and self.leaf_keys == o.leaf_keys
+                and self.static_args == o.static_args)
+
+    cdef bint matches_call(self, TreeDef treedef, list leaves, tuple static_args,
+                           tuple context):
+        if treedef is not self.treedef and not treedef.same_as(self.treedef):
+            return False
+        if not _identical_tuple(context, self.context) and not _same_tuple(context, self.context):
+            return False
+        if static_args is not self.static_args and static_args != self.static_args:
+            return False
+        cdef Py_ssize_t i, n = PyList_GET_SIZE(leaves)
+        cdef list keys = self.leaf_keys
+        cdef object leaf
+        for i in range(n):
+            leaf = <object>PyList_GET_ITEM(leaves, i)
+            if (type(leaf) is not _ARRAY
+                    or leaf.aval is not <object>PyList_GET_ITEM(keys, 3 * i)
+                    or getattr(leaf, _SHARDING) is not <object>PyList_GET_ITEM(keys, 3 * i + 1)
+                    or getattr(leaf, _COMMITTED) is not <object>PyList_GET_ITEM(keys, 3 * i + 2)):
+                return False
+        return True
+
+    @property
+    def context(self):
+        return self.context
+
+    def describe(self):
+        """The signature as text, for people: argument paths with their types,
+        static arguments and jax's context.  Used by the trace report."""
+        paths = self.treedef.leaf_paths()
+        args = []
+        for i, path in enumerate(paths):
+            aval = self.leaf_keys[3 * i]
+            sharding = self.leaf_keys[3 * i + 1]
+            committed = self.leaf_keys[3 * i + 2]
+            text = _aval_text(aval)
+            if committed:
+                text = f"{text}@{sharding}"
+            args.append((_argument_label(path, self.arg_names), text))
+        static = [(str(label), repr(value))
+                  for label, _, value in _triples(self.static_args)]
+        context = [(name, repr(value)) for name, value in
+                   zip(_compile.trace_context_names(), self.context)]
+        return {"args": args, "static": static, "context": context}
+
+    def __repr__(self):
+        described = self.describe()
+        args = ", ".join(f"{path}: {text}" for path, text in described["args"])
+        static = ", ".join(f"{label}={value}" for label, value in described["static"])
+        return f"CallSignature({args}{'; static ' + static if static else ''})"
+
+
+cdef inline bint _identical_tuple(tuple a, tuple b):
+    # jax's trace context is a fresh tuple on every call, almost always of the
+    # very same objects: compare pointers before paying for __eq__.
+    cdef Py_ssize_t i, n = PyTuple_GET_SIZE(a)
+    if a is b:
+        return True
+    if n != PyTuple_GET_SIZE(b):
+        return False
+    for i in range(n):
+        if PyTuple_GET_ITEM(a, i) != PyTuple_GET_ITEM(b, i):
+            return False
+    return True
+
+
+cdef inline bint _same_tuple(tuple a, tuple b) except -1:
+    return _identical_tuple(a, b) or a == b
+
+
+cdef CallSignature make_signature(TreeDef treedef, list leaf_keys, tuple static_args,
+                                  tuple context, object arg_names):
+    """A signature with its hash.  The hash covers the structure, the avals and
+    the static arguments; shardings and the context are left to equality
+    (hashing them costs ~100 ns each and they rarely tell two keys apart)."""
+    cdef CallSignature sig = CallSignature.__new__(CallSignature)
+    sig.treedef = treedef
+    sig.leaf_keys = leaf_keys
+    sig.static_args = static_args
+    sig.context = context
+    sig.arg_names = arg_names
+    cdef Py_hash_t h = _mix(0x345678, hash(treedef))
+    cdef Py_ssize_t i, n = PyList_GET_SIZE(leaf_keys)
+    for i in range(0, n, 3):
+        h = _mix(h, hash(<object>PyList_GET_ITEM(leaf_keys, i)))
+        h = _mix(h, <object>PyList_GET_ITEM(leaf_keys, i + 2) is True)
+    h = _mix(h, hash(static_args))   # raises for unhashable static arguments
+    if h == -1:
+        h = -2
+    sig._hash = h
+    return sig
+
+
+def _triples(tuple items):
+    for i in range(0, len(items), 3):
+        yield items[i], items[i + 1], items[i + 2]
+
+
+def _aval_text(aval):
+    text = aval.str_short(short_dtypes=True)
+    if getattr(aval, "weak_type", False) and "weak" not in text:
+        text += "{weak}"
+    return text
+
+
+_POSITIONAL = re.compile(r"^\[0\]\[(\d+)\](.*)$")
+_KEYWORD = re.compile(r"^\[1\]\[(.+?)\](.*)$")
+
+
+def _argument_label(path, arg_names):
+    """``[0][1]['w']`` -> ``params['w']``: the leaf's path from its parameter."""
+    match = _POSITIONAL.match(path)
+    if match:
+        index = int(match.group(1))
+        names = arg_names or ()
+        name = names[index] if index < len(names) else f"args[{index}]"
+        return name + match.group(2)
+    match = _KEYWORD.match(path)
+    if match:
+        key = match.group(1)
+        if len(key) >= 2 and key[0] in "'\"" and key.endswith(key[0]):
+            key = key[1:len(key) - 1]
+        return key + match.group(2)
+    return path

@@ -1,0 +1,22 @@
+# The jitted function object and its hot path.
+from fastdispatch._cache cimport CacheEntry, CompiledFunctionCache, FunctionCache
+
+cdef class CompiledFunction:
+    cdef readonly object fun               # the Python function being jitted
+    cdef object _jitted                    # jax.jit(fun, same options): the slow path
+    cdef dict _options                     # the jit options given, for pickling
+    cdef CompiledFunctionCache _cache      # the shared LRU holding our entries
+    cdef FunctionCache _entries            # our part of it
+    cdef tuple _static_argnums             # as jax resolved them; may be negative
+    cdef frozenset _static_argnames        # as jax resolved them
+    cdef bint _has_static                  # any static argument at all
+    cdef tuple _dynamic_arg_names          # positional parameter names minus static ones
+    cdef CacheEntry _last                  # entry of the previous call: the guard's guess
+    cdef dict __dict__                     # as functools.wraps fills it
+    cdef object __weakref__
+
+    cdef tuple _split_static(self, tuple args, dict kwargs)
+    cdef object _slow(self, tuple args, dict kwargs, str reason, long long start,
+                      object signature)
+    cdef object _compile_and_run(self, CacheEntry entry, tuple args, dict kwargs,
+                                 list leaves, long long start)
