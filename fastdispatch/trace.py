@@ -97,9 +97,9 @@ class FunctionStats:
         self.compile_ns = 0
         self.call_ns = 0                      # end - start, summed over all calls
         self.fallbacks = collections.Counter()
-        self.fast_calls = 0                   # calls that stayed on the fast path
-        self.phase_ns = [0] * len(PHASES)     # summed over fast-path calls
-        self.overhead_ns = 0                  # summed over fast-path calls
+        self.fast_calls = 0                   # hits that stayed on the fast path
+        self.phase_ns = [0] * len(PHASES)     # summed over fast-path hits
+        self.overhead_ns = 0                  # summed over fast-path hits
         self.overhead = _Histogram()
         # (describe() dict, treedef) of the latest distinct compiled signatures
         self.signatures = collections.deque(maxlen=_SIGNATURES_KEPT)
@@ -108,7 +108,7 @@ class FunctionStats:
 
     def add_calls(self, phases, overhead, hit, fast):
         """Fold a batch of calls: ``phases`` (calls x 5 ns), ``overhead``
-        (ns per call) and the ``hit`` and ``fast`` (no fallback) masks."""
+        (ns per call) and the ``hit`` and ``fast`` (hit, no fallback) masks."""
         self.calls += len(phases)
         self.hits += int(hit.sum())
         self.call_ns += int(phases.sum())
@@ -190,13 +190,13 @@ class Trace:
         n = len(batch)
         stamps = np.fromiter(itertools.chain.from_iterable(times), np.int64, 6 * n).reshape(n, 6)
         phases = np.diff(stamps, axis=1)
-        compile_ns = np.array(compiles, dtype=np.int64)
         hit = np.array(hits, dtype=bool)
-        all_fast = fallbacks.count(None) == n
-        fast = np.ones(n, bool) if all_fast else np.array([f is None for f in fallbacks])
-        # Dispatch overhead: the time outside the executable launch and outside
-        # compilation (a miss compiles inside its lookup phase).
-        overhead = phases.sum(axis=1) - phases[:, _LAUNCH] - compile_ns
+        no_fallback = fallbacks.count(None) == n
+        fast = hit if no_fallback else hit & np.array([f is None for f in fallbacks])
+        # Dispatch overhead: the time of a call outside its executable launch.
+        # Only hits on the fast path count: a miss's time is its compilation,
+        # a fallback's is jax's own dispatch (or tracing).
+        overhead = phases.sum(axis=1) - phases[:, _LAUNCH]
 
         keys = {fn: self._key_of(fn) for fn in set(fns)}
         if len(keys) == 1:
@@ -209,7 +209,7 @@ class Trace:
             self._functions[key].add_calls(phases[rows], overhead[rows], hit[rows], fast[rows])
 
         # Misses, compiles and fallbacks are rare: one at a time, in order.
-        if not (all_fast and hit.all() and compiles.count(0) == n):
+        if not (no_fallback and hit.all() and compiles.count(0) == n):
             for fn, one_hit, one_compile_ns, fallback, signature in zip(
                     fns, hits, compiles, fallbacks, signatures):
                 stats = self._functions[keys[fn]]
@@ -356,8 +356,9 @@ def explain_change(old, new, old_tree=None, new_tree=None):
             changes.append(f"{path}: {before} -> {text}")
     changes += _labelled_changes("static ", dict(old["static"]), dict(new["static"]))
     for line in _labelled_changes("", dict(old["context"]), dict(new["context"])):
-        if line.startswith("x64:"):
-            line = f"x64 mode changed ({line[5:]})"
+        label, _, values = line.partition(": ")
+        if label in ("x64", "jax_enable_x64"):
+            line = f"x64 mode changed ({values})"
         changes.append(line)
     if not changes:
         changes.append(
@@ -411,9 +412,10 @@ def _labelled_changes(prefix, old, new):
 # -- the report ------------------------------------------------------------
 
 OVERHEAD_NOTE = (
-    "overhead: time of a call outside the executable launch and outside compilation, "
-    "(end - start) - launch - compile, over fast-path calls; "
-    "in calls: time inside calls of the function, as a share of the traced wall time.")
+    "overhead: time of a call outside its executable launch, (end - start) - launch, "
+    "over hits on the fast path;\n"
+    "in calls: time inside calls of the function (compiles included), "
+    "as a share of the traced wall time.")
 
 
 def format_report(functions, wall_ns, events_seen):
@@ -439,7 +441,7 @@ def format_report(functions, wall_ns, events_seen):
             f"{100 * s.call_ns / wall_ns:.1f}%" if wall_ns else "-", fallbacks or "-",
         ))
     lines += _table(rows, right_aligned=range(1, 7))
-    lines += ["", "phases, mean us per fast-path call:"]
+    lines += ["", "phases, mean us per fast-path hit:"]
     phase_rows = [("function",) + PHASES]
     for s in functions:
         if s.fast_calls:
@@ -499,8 +501,8 @@ def _chrome_trace(events, thread_names, start_ns):
             if end > begin:
                 span(f"{name}: {phase}", "phase", begin, end, tid)
         if compile_ns:
-            # Compilation happens inside the lookup phase, at its end.
-            span(f"{name}: compile", "compile", times[3] - compile_ns, times[3], tid)
+            # A miss compiles right after its lookup, inside the launch phase.
+            span(f"{name}: compile", "compile", times[3], min(times[3] + compile_ns, times[5]), tid)
     return {"traceEvents": out, "displayTimeUnit": "ns"}
 
 

@@ -67,10 +67,11 @@ def test_aggregates_count_calls_hits_compiles_and_fallbacks():
     assert row["fallbacks"] == {"tracer": 2, "disable_jit": 1}
 
 
-def test_overhead_is_the_time_outside_launch_and_compile():
+def test_overhead_is_the_time_outside_launch_over_hits():
     t = Trace()
-    # The compiling call's lookup includes its 1 ms compile: not overhead.
-    call(t, F, SIG4, hit=False, compile_ns=1_000_000, lookup=1_000_300)
+    # A miss (its time is its compilation) and a fallback do not count.
+    call(t, F, SIG4, hit=False, compile_ns=1_000_000, launch=1_005_000)
+    call(t, F, SIG4, hit=False, fallback="effects", unflatten=90_000)
     for i in range(99):
         call(t, F, SIG4, start=i * 10_000)
     overhead = t.stats()["step (" + t.stats().popitem()[1]["location"] + ")"]["overhead_ns"]
@@ -129,7 +130,7 @@ def test_report_has_a_row_per_function_and_explains_recompiles():
     assert other_row.rstrip().endswith("tracer 1")
     assert "compile 2:" in text
     assert "    x: f32[4] -> f32[8]" in text
-    assert "overhead: time of a call outside the executable launch" in text
+    assert "overhead: time of a call outside its executable launch" in text
 
 
 def test_empty_report():
@@ -198,7 +199,8 @@ def test_a_recompile_is_explained_against_the_closest_earlier_signature():
 
 def test_trace_file_has_spans_per_call_phase_and_compile(tmp_path):
     t = Trace()
-    call(t, F, SIG4, hit=False, compile_ns=1_000_000, lookup=1_000_300, start=t.start_ns)
+    # As the dispatcher stamps a miss: it compiles right after the lookup.
+    call(t, F, SIG4, hit=False, compile_ns=1_000_000, launch=1_005_000, start=t.start_ns)
     worker = threading.Thread(target=call, args=(t, F, SIG4), kwargs={"start": t.start_ns + 10**7},
                               name="worker")
     worker.start()
@@ -217,7 +219,7 @@ def test_trace_file_has_spans_per_call_phase_and_compile(tmp_path):
         assert names.count(f"step: {phase}") == 2
     compile_span = next(e for e in spans if e["name"] == "step: compile")
     assert compile_span["dur"] == 1000.0          # microseconds
-    assert compile_span["ts"] == pytest.approx(0.1 + 0.2 + 0.3)  # ends with the lookup
+    assert compile_span["ts"] == pytest.approx(0.1 + 0.2 + 0.3)  # starts after the lookup
     threads = {e["args"]["name"] for e in events if e["name"] == "thread_name"}
     assert threads == {threading.main_thread().name, "worker"}
     assert len({e["tid"] for e in spans}) == 2
