@@ -132,11 +132,12 @@ def start_tracing(options):
     """Switch tracing on; report and save from an atexit hook, which Python
     runs after the program's threads finished and after its own atexit hooks
     (registered later, so run earlier)."""
-    from fastdispatch import trace
-    t = trace.start()
+    # (`fastdispatch.trace` is the trace() function: import from the module.)
+    from fastdispatch.trace import start, stop
+    t = start()
 
     def finish():
-        trace.stop(t)
+        stop(t)
         if options.trace:
             sys.stderr.write("\n" + t.report())
         if options.trace_out:

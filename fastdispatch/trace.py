@@ -380,13 +380,21 @@ def _structure_changes(old_args, new_args, old_tree, new_tree):
     lines = []
     for root in roots:
         if difference and len(roots) == 1:
-            detail = difference
+            detail = _relabel(difference, root)
         else:
             parts = [f"{p} added" for p in added if _root(p) == root]
             parts += [f"{p} removed" for p in removed if _root(p) == root]
             detail = ", ".join(parts)
         lines.append(f"{root}: tree structure changed ({detail})")
     return lines
+
+
+def _relabel(difference, root):
+    """Name the argument in a difference of the whole ``(args, kwargs)`` tree:
+    ``key 'b' added at [0][0]['w']`` -> ``key 'b' added at params['w']``, and
+    no location at all when it is the argument itself."""
+    relabelled = re.sub(r" at (\[0\]\[\d+\]|\[1\]\[[^\]]+\])", " at " + root, difference, count=1)
+    return relabelled.removesuffix(" at " + root)
 
 
 def _tree_difference(old_tree, new_tree):

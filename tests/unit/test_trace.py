@@ -4,13 +4,16 @@ A fake compiled function and fake signatures stand in for the dispatcher, so
 these tests pin the aggregates, the recompile explanations and the trace file
 exactly; tests/e2e runs the real dispatcher.
 """
+import importlib
 import json
 import threading
 
 import pytest
 
-from fastdispatch import trace as tracing
 from fastdispatch.trace import Trace, explain_change
+
+# The module, not fastdispatch.trace, which is the trace() function.
+tracing = importlib.import_module("fastdispatch.trace")
 
 
 def step(x):
@@ -172,6 +175,19 @@ def test_explain_change_uses_the_pytree_difference_when_trees_differ(monkeypatch
     new = describe([("params['a']", "f32[2]"), ("params['b']", "f32[2]")])
     assert explain_change(old, new, "tree-a", "tree-b") == [
         "params: tree structure changed (key 'b' added)"]
+
+
+@pytest.mark.parametrize("difference, expected", [
+    ("key 'b' added at [0][0]", "key 'b' added"),
+    ("key 'b' added at [0][1]['layer0']", "key 'b' added at params['layer0']"),
+    ("list of 3 -> list of 4 at [1]['params'][2]", "list of 3 -> list of 4 at params[2]"),
+])
+def test_a_tree_difference_is_told_from_the_argument(monkeypatch, difference, expected):
+    monkeypatch.setattr(tracing, "_tree_difference", lambda a, b: difference)
+    old = describe([("params['a']", "f32[2]")])
+    new = describe([("params['a']", "f32[2]"), ("params['b']", "f32[2]")])
+    assert explain_change(old, new, "tree-a", "tree-b") == [
+        f"params: tree structure changed ({expected})"]
 
 
 def test_explain_change_names_a_structure_change_without_new_paths(monkeypatch):

@@ -1,0 +1,282 @@
+"""``python -m fastdispatch`` end to end: small programs written into tmp_path,
+run in a subprocess, judged by their output, exit code and trace file.
+
+Each jax start costs a second or two, so one program checks many things.
+"""
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+import fastdispatch.__main__ as cli
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def run_cli(cwd, *argv, timeout=120):
+    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONDONTWRITEBYTECODE="1")
+    return subprocess.run(
+        [sys.executable, "-m", "fastdispatch", *argv], cwd=cwd, env=env,
+        capture_output=True, text=True, timeout=timeout)
+
+
+def write(path, source):
+    path.write_text(textwrap.dedent(source))
+    return path
+
+
+def report_section(stderr, title):
+    """The lines of one section of the report, up to the next blank line."""
+    lines = stderr.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(title))
+    section = []
+    for line in lines[start + 1:]:
+        if not line.strip():
+            break
+        section.append(line)
+    return section
+
+
+def row_of(stderr, name):
+    return next(line for line in stderr.splitlines() if line.startswith(name + " ("))
+
+
+RECOMPILES = """\
+    import functools
+    import sys
+
+    import jax
+    import jax.numpy as jnp
+
+    import fastdispatch
+
+    assert jax.jit is fastdispatch.jit
+
+
+    @jax.jit
+    def scale(x):
+        return x * 2
+
+
+    @functools.partial(jax.jit, static_argnames="mode")
+    def step(x, mode):
+        return x + (1.0 if mode == "train" else 0.0)
+
+
+    @jax.jit
+    def update(params, lr):
+        return jax.tree_util.tree_map(lambda p: p - lr, params)
+
+
+    scale(jnp.ones(4))
+    scale(jnp.ones(4))
+    scale(jnp.ones(8))                                        # compile 2: shape
+    step(jnp.ones(4), mode="train")
+    step(jnp.ones(4), mode="eval")                            # compile 2: static
+    update({"a": jnp.ones(2)}, jnp.asarray(0.1))
+    update({"a": jnp.ones(2)}, jnp.float32(0.1))              # compile 2: weak type
+    update({"a": jnp.ones(2), "b": jnp.ones(2)}, jnp.float32(0.1))  # compile 3: tree
+    jax.grad(lambda x: scale(x).sum())(jnp.ones(4))           # fallback: tracer
+    with jax.disable_jit():
+        scale(jnp.ones(4))                                    # fallback: disable_jit
+    jax.config.update("jax_enable_x64", True)
+    scale(jnp.ones(4, jnp.float32))                           # compile 3: x64
+    print("done", sys.argv[1:])
+"""
+
+
+@pytest.fixture(scope="module")
+def recompiles(tmp_path_factory):
+    """One traced run of RECOMPILES, with a trace file."""
+    tmp = tmp_path_factory.mktemp("recompiles")
+    write(tmp / "prog.py", RECOMPILES)
+    result = run_cli(tmp, "--trace", "--trace-out", "out.json", "prog.py", "a", "--b")
+    return result, tmp / "out.json"
+
+
+def test_traced_program_runs_with_its_own_argv(recompiles):
+    result, _ = recompiles
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "done ['a', '--b']\n"
+
+
+def test_report_rows_count_calls_compiles_and_fallbacks(recompiles):
+    result, _ = recompiles
+    stderr = result.stderr
+    assert "fastdispatch trace:" in stderr
+    scale = row_of(stderr, "scale").split()
+    # name, location, calls, hits, compiles
+    assert scale[2:5] == ["6", "1", "3"], stderr
+    assert "tracer 1" in row_of(stderr, "scale")
+    assert "disable_jit 1" in row_of(stderr, "scale")
+    assert row_of(stderr, "step").split()[2:5] == ["2", "0", "2"]
+    assert row_of(stderr, "update").split()[2:5] == ["3", "0", "3"]
+
+
+def test_report_explains_each_recompile(recompiles):
+    stderr = recompiles[0].stderr
+    section = report_section(stderr, "recompiles")
+    text = "\n".join(section)
+    assert "scale (prog.py:12), compile 2:\n    x: f32[4] -> f32[8]" in text
+    assert "scale (prog.py:12), compile 3:\n    x64 mode changed" in text
+    assert "step (prog.py:17), compile 2:\n    static mode: 'train' -> 'eval'" in text
+    assert "update (prog.py:22), compile 2:\n    lr: weak_type changed (f32[]{weak} -> f32[])" in text
+    assert "update (prog.py:22), compile 3:\n    params: tree structure changed (key 'b' added)" in text
+
+
+def test_trace_file_is_chrome_trace_json(recompiles):
+    result, path = recompiles
+    assert f"wrote out.json" in result.stderr
+    data = json.loads(path.read_text())
+    events = data["traceEvents"]
+    assert isinstance(events, list)
+    spans = [e for e in events if e["ph"] == "X"]
+    for e in spans:
+        assert isinstance(e["name"], str)
+        assert isinstance(e["ts"], (int, float)) and isinstance(e["dur"], (int, float))
+        assert e["dur"] >= 0
+        assert isinstance(e["pid"], int) and isinstance(e["tid"], int)
+    names = {e["name"] for e in spans}
+    assert {"scale", "scale: launch", "scale: compile", "step: compile", "update"} <= names
+    assert sum(e["name"] == "scale" for e in spans) == 6
+    threads = [e for e in events if e["ph"] == "M" and e["name"] == "thread_name"]
+    assert [t["args"]["name"] for t in threads] == ["MainThread"]
+    assert {e["tid"] for e in spans} == {threads[0]["tid"]}
+
+
+def test_the_example_reports_its_recompile():
+    result = run_cli(REPO, "--trace", "examples/train_mlp.py", "2", timeout=300)
+    assert result.returncode == 0, result.stderr
+    losses = [float(line.split()[-1]) for line in result.stdout.splitlines()]
+    assert losses[-1] < losses[0]
+    assert row_of(result.stderr, "train_step").split()[2:5] == ["32", "30", "2"]
+    section = "\n".join(report_section(result.stderr, "recompiles"))
+    assert "train_step (examples/train_mlp.py:" in section
+    assert "x: f32[64,8] -> f32[40,8]" in section
+    assert "y: f32[64,1] -> f32[40,1]" in section
+
+
+# -- running the program as python would ----------------------------------------
+
+FAILING = """\
+    import sys
+
+    import jax
+    import jax.numpy as jnp
+
+
+    @jax.jit
+    def double(x):
+        return 2 * x
+
+
+    def main():
+        double(jnp.ones(3))
+        if sys.argv[1] == "raise":
+            raise ValueError("bad input")
+        sys.exit(int(sys.argv[1]))
+
+
+    main()
+"""
+
+
+def test_an_uncaught_exception_prints_its_traceback_exits_1_and_still_reports(tmp_path):
+    write(tmp_path / "prog.py", FAILING)
+    result = run_cli(tmp_path, "--trace", "prog.py", "raise")
+    assert result.returncode == 1
+    traceback = result.stderr.split("\nfastdispatch trace:")[0]
+    assert traceback.splitlines() == [
+        "Traceback (most recent call last):",
+        f'  File "{tmp_path / "prog.py"}", line 19, in <module>',
+        "    main()",
+        f'  File "{tmp_path / "prog.py"}", line 15, in main',
+        '    raise ValueError("bad input")',
+        "ValueError: bad input",
+    ]
+    assert row_of(result.stderr, "double").split()[2:5] == ["1", "0", "1"]
+
+
+def test_sys_exit_passes_its_code_through_and_the_missing_script_message(tmp_path):
+    write(tmp_path / "prog.py", FAILING)
+    result = run_cli(tmp_path, "--trace", "prog.py", "3")
+    assert result.returncode == 3
+    assert "double (prog.py:" in result.stderr
+
+    missing = run_cli(tmp_path, "--trace", "nope.py")
+    assert missing.returncode == 2
+    assert missing.stderr.endswith(
+        f"can't open file '{tmp_path / 'nope.py'}': [Errno 2] No such file or directory\n")
+    assert missing.stdout == ""
+
+
+def test_an_unwritable_trace_out_is_refused_before_the_program_starts(tmp_path):
+    write(tmp_path / "prog.py", "open('started', 'w').close()\n")
+    result = run_cli(tmp_path, "--trace-out", "no/such/dir/out.json", "prog.py")
+    assert result.returncode == 2
+    assert result.stderr == (
+        "python -m fastdispatch: error: cannot write --trace-out "
+        "'no/such/dir/out.json': No such file or directory\n")
+    assert not (tmp_path / "started").exists()
+    assert not (tmp_path / "no").exists()
+
+
+def test_dash_m_runs_a_module_and_no_patch_leaves_jax_jit_alone(tmp_path):
+    write(tmp_path / "mymod.py", """\
+        import sys
+
+        import jax
+        import jax.numpy as jnp
+
+        import fastdispatch
+
+        print(__name__, sys.argv[1:], jax.jit is fastdispatch.jit)
+        fastdispatch.jit(lambda x: x + 1)(jnp.ones(2))
+        jax.jit(lambda x: x - 1)(jnp.ones(2))
+    """)
+    patched = run_cli(tmp_path, "--trace", "-m", "mymod", "x", "-y")
+    assert patched.returncode == 0, patched.stderr
+    assert patched.stdout == "__main__ ['x', '-y'] True\n"
+    assert patched.stderr.count("<lambda> (mymod.py:") == 2
+
+    unpatched = run_cli(tmp_path, "--trace", "--no-patch", "-m", "mymod")
+    assert unpatched.returncode == 0, unpatched.stderr
+    assert unpatched.stdout == "__main__ [] False\n"
+    # only the function wrapped by fastdispatch.jit itself is traced
+    assert unpatched.stderr.count("<lambda> (mymod.py:") == 1
+    assert "<lambda> (mymod.py:9)" in unpatched.stderr
+
+
+# -- options, without a subprocess ----------------------------------------------
+
+def test_bench_is_handed_its_arguments(monkeypatch):
+    import fastdispatch.bench
+    seen = []
+    monkeypatch.setattr(fastdispatch.bench, "main", lambda argv: seen.append(argv) or 7)
+    assert cli.main(["bench", "--quick", "x"]) == 7
+    assert seen == [["--quick", "x"]]
+
+
+def test_options_stop_at_the_script():
+    options = cli.parse(["--trace", "--trace-out=t.json", "prog.py", "--no-patch", "-m"])
+    assert (options.trace, options.trace_out, options.patch) == (True, "t.json", True)
+    assert (options.script, options.args) == ("prog.py", ["--no-patch", "-m"])
+    options = cli.parse(["--no-patch", "-m", "pkg.mod", "--trace"])
+    assert (options.patch, options.trace, options.module, options.args) == (
+        False, False, "pkg.mod", ["--trace"])
+
+
+@pytest.mark.parametrize("argv, message", [
+    ([], "no script or -m module to run"),
+    (["--trace-out"], "--trace-out needs a file name"),
+    (["-m"], "-m needs a module name"),
+    (["--frobnicate", "prog.py"], "unknown option --frobnicate"),
+])
+def test_bad_options_exit_2_with_a_message(argv, message, capsys):
+    with pytest.raises(SystemExit) as exit:
+        cli.parse(argv)
+    assert exit.value.code == 2
+    assert capsys.readouterr().err.endswith(f"python -m fastdispatch: error: {message}\n")
