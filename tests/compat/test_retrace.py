@@ -99,14 +99,29 @@ def test_x64_retrace(jit):
 
 
 def test_cache_size_and_clear_cache(jit):
-    count = TraceCounter()
-    f = jit(count(scaled))
-    f(1.0, 2.0)
-    f(arange((2,)), 2.0)
+    f = jit(scaled)
+    s = jnp.float32(2)
+    f(arange(()), s)
+    f(arange((2,)), s)
+    f(arange((2,)), s)
     assert f._cache_size() == 2
     f._clear_cache()
     assert f._cache_size() == 0
-    f(1.0, 2.0)
+    f(arange(()), s)
     assert f._cache_size() == 1
     f.clear_cache()
     assert f._cache_size() == 0
+
+
+def test_cache_size_counts_every_argument_kind(jit):
+    # User test suites count compiles with _cache_size(): every call that
+    # compiled counts, whatever its argument types (Python scalars, numpy).
+    f = jit(scaled)
+    f(1.0, 2.0)
+    assert f._cache_size() == 1
+    f(np.ones(2, np.float32), 2.0)
+    assert f._cache_size() == 2
+    f(np.ones(2, np.float32), np.float32(2))
+    assert f._cache_size() == 3
+    f(1.0, 2.0)
+    assert f._cache_size() == 3
