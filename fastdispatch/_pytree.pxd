@@ -8,8 +8,9 @@ cdef enum NodeKind:
     NODE_LIST = 3
     NODE_DICT = 4          # children in sorted-key order, as jax orders them
     NODE_NAMEDTUPLE = 5    # tuple subclass with `_fields`; jax handles it natively
-    NODE_CUSTOM = 6        # a type in jax's registry, flattened by its to_iter
-    NODE_DATACLASS = 7     # a register_dataclass type whose fields are known: getattr, no Python call
+    NODE_CUSTOM = 6        # a type in jax's registry (TreeDef.info says how to walk it)
+    NODE_DATACLASS = 7     # NodeType only: a register_dataclass type whose fields are known,
+                           # walked by getattr with no Python call (its TreeDefs are CUSTOM)
 
 
 cdef class DictKeys:
@@ -24,7 +25,7 @@ cdef class DictKeys:
 
 cdef class NodeType:
     """What flatten needs to know about one Python type, looked up once per type."""
-    cdef int kind                   # a NodeKind: NODE_LEAF, _NAMEDTUPLE, _CUSTOM or _DATACLASS
+    cdef int kind                   # NODE_LEAF, NODE_NAMEDTUPLE, NODE_CUSTOM or NODE_DATACLASS
     cdef object node_type           # the type itself
     cdef object to_iter             # jax's flatten function (CUSTOM, DATACLASS)
     cdef object from_iter           # jax's unflatten function (CUSTOM, DATACLASS)
@@ -40,9 +41,9 @@ cdef class TreeDef:
     cdef Py_hash_t _hash                   # computed once, when the node is built
     cdef int kind                          # a NodeKind
     cdef object node_type                  # the container's type (None for a leaf)
-    cdef object node_data                  # DICT: DictKeys; CUSTOM/DATACLASS: aux data; else None
+    cdef object node_data                  # DICT: DictKeys; CUSTOM: aux data; else None
     cdef tuple children                    # the child TreeDefs, in jax's order
-    cdef NodeType info                     # NAMEDTUPLE/CUSTOM/DATACLASS: how to rebuild; else None
+    cdef NodeType info                     # NAMEDTUPLE/CUSTOM: how to rebuild; else None
     cdef bint cacheable                    # holds only atoms (no user objects) down to its leaves:
                                            # a memo may keep it without keeping anything alive
     cdef object __weakref__                # lets tests check that TreeDefs are freed

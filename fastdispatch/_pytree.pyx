@@ -38,6 +38,7 @@ from fastdispatch._compile import pytree_registry
 
 cdef extern from "Python.h":
     ctypedef size_t Py_uhash_t
+    dict _PyDict_NewPresized(Py_ssize_t minused)
 
 
 cdef enum:
@@ -102,7 +103,7 @@ cdef class TreeDef:
             if self.node_data is not other.node_data and (
                     (<DictKeys>self.node_data).sorted_keys != (<DictKeys>other.node_data).sorted_keys):
                 return False
-        elif self.kind == NODE_CUSTOM or self.kind == NODE_DATACLASS:
+        elif self.kind == NODE_CUSTOM:
             if self.node_data is not other.node_data and not (self.node_data == other.node_data):
                 return False
         for i in range(n):
@@ -131,7 +132,7 @@ cdef class TreeDef:
         cdef object data = None
         if self.kind == NODE_DICT:
             data = (<DictKeys>self.node_data).sorted_keys
-        elif self.kind == NODE_CUSTOM or self.kind == NODE_DATACLASS:
+        elif self.kind == NODE_CUSTOM:
             data = self.node_data
         return _treedef_from_state, (self.kind, self.node_type, data, self.children)
 
@@ -175,7 +176,7 @@ cdef class TreeDef:
             return built
         if self.kind == NODE_DICT:
             keys = <DictKeys>self.node_data
-            built = {}
+            built = _PyDict_NewPresized(n)
             for i in range(n):
                 value = (<TreeDef>PyTuple_GET_ITEM(self.children, i))._build(leaves, index)
                 PyDict_SetItem(built, <object>PyTuple_GET_ITEM(keys.sorted_keys, i), value)
@@ -191,7 +192,7 @@ cdef class TreeDef:
         if self.kind == NODE_NAMEDTUPLE:
             return self.node_type(*built)
         info = self.info
-        if self.kind == NODE_DATACLASS:
+        if info.kind == NODE_DATACLASS:
             # register_dataclass's own unflatten: nodetype(**meta, **data), built in C.
             kwargs = {}
             for i in range(PyTuple_GET_SIZE(info.meta_fields)):
@@ -266,8 +267,9 @@ def _treedef_from_state(int kind, object node_type, object data, tuple children)
     if kind == NODE_TUPLE or kind == NODE_LIST:
         return _new_node(kind, node_type, None, children, None, 0, True)
     if kind == NODE_DICT:
-        keys = _new_dict_keys(data, data, None)
+        keys = _new_dict_keys(tuple(data), tuple(data), None)
         return _new_node(kind, dict, keys, children, None, <Py_uhash_t>keys.keys_hash, keys.atoms)
+    _check_registry()
     info = _lookup_type(node_type)
     if info.kind == NODE_NAMEDTUPLE:
         return _new_node(NODE_NAMEDTUPLE, node_type, None, children, info, <Py_uhash_t>hash(node_type),
@@ -276,7 +278,7 @@ def _treedef_from_state(int kind, object node_type, object data, tuple children)
         raise TypeError(f"TreeDef: cannot unpickle a node of type {node_type!r}: "
                         "it is not registered as a pytree node in this process")
     atom = _is_atom(data, 0)
-    return _new_node(info.kind, node_type, data, children, info,
+    return _new_node(NODE_CUSTOM, node_type, data, children, info,
                      _custom_hash(node_type, data, atom), atom)
 
 
@@ -725,7 +727,12 @@ cdef TreeDef _flatten_node(object tree, NodeType info, list leaves, int depth, P
         aux = <object>PyTuple_GET_ITEM(result, 1)
         if type(seq) is not tuple and type(seq) is not list:
             seq = tuple(seq)
-    n = len(seq) if fields is None else PyTuple_GET_SIZE(fields)
+    if fields is not None:
+        n = PyTuple_GET_SIZE(fields)
+    elif type(seq) is list:
+        n = PyList_GET_SIZE(seq)
+    else:  # a tuple, or a namedtuple: its C size, whatever its class says __len__ is
+        n = PyTuple_GET_SIZE(seq)
     # Memoised per aux value (a dataclass's static fields, say), atoms only.
     atom = _is_atom(aux, 0)
     if atom and info.memos is not None:
@@ -741,7 +748,7 @@ cdef TreeDef _flatten_node(object tree, NodeType info, list leaves, int depth, P
         memo = _new_node(NODE_NAMEDTUPLE, info.node_type, None, children, info,
                          <Py_uhash_t>hash(info.node_type), True)
     else:
-        memo = _new_node(info.kind, info.node_type, aux, children, info,
+        memo = _new_node(NODE_CUSTOM, info.node_type, aux, children, info,
                          _custom_hash(info.node_type, aux, atom), atom)
     if memo.cacheable:
         if info.memos is None or len(info.memos) >= MAX_MEMOS_PER_TYPE:
@@ -806,7 +813,7 @@ cdef list _child_keys(TreeDef node):
         return [f"[{key!r}]" for key in (<DictKeys>node.node_data).sorted_keys]
     if node.kind == NODE_NAMEDTUPLE:
         return [f".{name}" for name in node.node_type._fields]
-    if node.kind == NODE_DATACLASS:
+    if node.info.kind == NODE_DATACLASS:
         return [f".{name}" for name in node.info.data_fields]
     return _custom_child_keys(node)
 
@@ -870,7 +877,7 @@ cdef object _difference(TreeDef a, TreeDef b, str path):
                     noun = "key" if len(keys) == 1 else "keys"
                     parts.append(f"{noun} {', '.join(map(_short_repr, keys))} {verb}")
             return "; ".join(parts) + at
-    elif a.kind == NODE_CUSTOM or a.kind == NODE_DATACLASS:
+    elif a.kind == NODE_CUSTOM:
         if not (a.node_data is b.node_data or a.node_data == b.node_data):
             return (f"{_kind_name(a)} static data {_short_repr(a.node_data)} -> "
                     f"{_short_repr(b.node_data)}{at}")
@@ -889,7 +896,7 @@ cdef object _to_jax(TreeDef node):
         return jtu.tree_structure(0)
     if node.kind == NODE_DICT:
         node_data = (dict, list((<DictKeys>node.node_data).sorted_keys))
-    elif node.kind == NODE_CUSTOM or node.kind == NODE_DATACLASS:
+    elif node.kind == NODE_CUSTOM:
         node_data = (node.node_type, node.node_data)
     else:
         node_data = (node.node_type, None)

@@ -472,3 +472,31 @@ def test_concurrent_flattens_agree_with_jax():
 
 def test_module_exports():
     assert _pytree.flatten is flatten and _pytree.unflatten is unflatten
+
+
+def test_namedtuple_lying_about_its_length_does_not_crash():
+    class Liar(treecases.Point):
+        def __len__(self):
+            return 1000
+
+    leaves, td = flatten(Liar(1, 2))
+    assert leaves == [1, 2] == jtu.tree_leaves(Liar(1, 2))
+    assert td.num_leaves == 2
+
+
+def test_dict_mutated_while_its_keys_are_sorted_keeps_its_snapshot():
+    class Meddler:
+        def __init__(self, n, victim):
+            self.n, self.victim = n, victim
+
+        def __hash__(self):
+            return self.n
+
+        def __lt__(self, other):
+            self.victim.clear()
+            return self.n < other.n
+
+    victim = {}
+    victim.update({Meddler(2, victim): "b", Meddler(1, victim): "a"})
+    leaves, td = flatten(victim)
+    assert leaves == ["a", "b"] and td.num_leaves == 2
