@@ -78,6 +78,20 @@ def test_x64_toggle_on_one_function(jit):
     assert f(np.float64(2), 3).dtype == jnp.float32
 
 
+def test_x64_toggle_with_array_arguments(jit):
+    # Arrays made outside x64 keep their dtype, so only jax's trace context
+    # tells the two modes apart: it must be part of the cache key.
+    f = jit(lambda x: (x * 2, jnp.arange(2), x.sum() + 1))
+    x = arange((3,))
+    modes = [False, True, False, True]
+    for x64 in modes:
+        with jax.enable_x64(x64):
+            out = f(x)
+            assert_same_array(out[0], x * 2)
+            assert out[1].dtype == (jnp.int64 if x64 else jnp.int32)
+            expect_same(jit, lambda x: (x * 2, jnp.arange(2), x.sum() + 1), x)
+
+
 def test_weak_type_promotion(jit):
     def f(x, s):
         return x * s

@@ -133,6 +133,20 @@ def check_multidevice(impl):
         for _ in range(2):
             raises(ValueError, "^" + re.escape(message), lambda: f(on1, on3))
 
+    @check("default_device context keys the cache")
+    def _():
+        ours, theirs = jit(lambda v: v + 1), jax.jit(lambda v: v + 1)
+        uncommitted = jnp.ones(4)
+        for d in (None, 2, 5, None, 2):
+            if d is None:
+                outs = ours(uncommitted), theirs(uncommitted), ours(np.ones(4, np.float32)), theirs(np.ones(4, np.float32))
+            else:
+                with jax.default_device(devices[d]):
+                    outs = ours(uncommitted), theirs(uncommitted), ours(np.ones(4, np.float32)), theirs(np.ones(4, np.float32))
+            assert_same_tree(outs[0], outs[1])
+            assert_same_tree(outs[2], outs[3])
+            assert outs[0].sharding == SingleDeviceSharding(devices[d or 0]), (d, outs[0].sharding)
+
     @check("one function, alternating devices")
     def _():
         f = jit(lambda v, w: v + w)
