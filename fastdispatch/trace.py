@@ -61,8 +61,9 @@ class _Histogram:
         values = np.maximum(values, 0)
         _, bit_length = np.frexp(values.astype(np.float64))
         shift = np.maximum(bit_length - 6, 0)
-        buckets, counts = np.unique((shift << 6) | (values >> shift), return_counts=True)
-        self.counts.update(dict(zip(buckets.tolist(), counts.tolist())))
+        counts = np.bincount((shift << 6) | (values >> shift))
+        buckets = np.flatnonzero(counts)
+        self.counts.update(dict(zip(buckets.tolist(), counts[buckets].tolist())))
 
     def quantile(self, q):
         total = sum(self.counts.values())
