@@ -10,6 +10,9 @@ cdef class CacheEntry:
     cdef object jax_out_treedef            # jax's PyTreeDef of the outputs
     cdef tuple kept                        # flat input indices the executable takes
     cdef bint takes_leaves_as_is           # every input kept, every leaf a plain Array
+    cdef dict scalar_inputs                # flat index -> _compile.ScalarInput
+    cdef dict scalar_buffers               # (index, value) -> device array of a repeated scalar
+    cdef bint reuse_scalar_buffers         # False when the function donates arguments
     cdef readonly object slow_reason       # why jax itself must run this entry; None: fast
     cdef readonly object compile_error     # the exception compiling raised, for waiters
     cdef object done                       # threading.Event: set once compiling ended
@@ -19,6 +22,7 @@ cdef class CacheEntry:
     cdef bint evicted                      # dropped from the cache: guards must not use it
 
     cdef object run(self, list leaves)
+    cdef object scalar_buffer(self, Py_ssize_t index, object value)
 
 
 cdef class FunctionCache:

@@ -23,6 +23,26 @@ PICKLE_FORMAT = 1
 cdef object _ARRAY = _compile.ARRAY_TYPE
 cdef object _KEY_ARRAY = _compile.KEY_ARRAY_TYPE
 cdef object _key_array_buffer = _compile.key_array_buffer
+cdef object _put_scalar = _compile.put_scalar
+
+# CacheEntry.run's answer when jax.jit must take the call after all.
+DELEGATE = object()
+
+# Distinct Python scalar values an entry keeps on device for reuse.
+MAX_REUSED_SCALARS = 64
+
+cdef object _RuntimeError = _compile.RUNTIME_ERROR
+
+
+cdef object _as_jit_error(error):
+    # jax.jit's C++ dispatch reports a deleted or donated input as ValueError;
+    # executing directly gives PjRt's JaxRuntimeError.  Same message, jax's type
+    # (other PjRt errors stay JaxRuntimeError in jax.jit too).
+    message = str(error)
+    if "Buffer has been deleted or donated" in message:
+        return ValueError(message)
+    return error
+
 
 # Every live cache, for CompiledFunctionCache.clear_all().
 _live_caches = weakref.WeakSet()
@@ -69,9 +89,10 @@ cdef class CacheEntry:
         self.slow_reason = None
         self.compile_error = None
 
-    def fill(self, compiled, list leaves, double seconds):
+    def fill(self, compiled, list leaves, double seconds, bint donates=False):
         """Take what the fast path needs from a jax.stages.Compiled."""
         self.compile_seconds = seconds
+        self.reuse_scalar_buffers = not donates
         if compiled.in_tree.num_leaves != len(leaves):
             # Never expected: our flattening of the arguments must be jax's.
             self.slow_reason = "arguments flatten differently from jax"
@@ -85,12 +106,17 @@ cdef class CacheEntry:
         self.jax_out_treedef = parts.out_treedef
         self.out_treedef = _our_treedef(parts.out_treedef)
         self.kept = parts.kept
+        self.scalar_inputs = parts.scalar_inputs
+        self.scalar_buffers = {}
         self.takes_leaves_as_is = (
             len(self.kept) == len(leaves)
             and all(type(leaf) is _ARRAY for leaf in leaves))
 
     cdef object run(self, list leaves):
-        """Execute on the call's flat leaves and rebuild the output tree."""
+        """Execute on the call's flat leaves and rebuild the output tree.
+
+        Returns DELEGATE when a Python scalar does not convert (an int too
+        large for int32, say): jax.jit then raises its own error."""
         cdef list buffers
         cdef Py_ssize_t i
         if self.takes_leaves_as_is:
@@ -99,11 +125,43 @@ cdef class CacheEntry:
             buffers = []
             for i in self.kept:
                 leaf = <object>PyList_GET_ITEM(leaves, i)
-                buffers.append(_key_array_buffer(leaf) if type(leaf) is _KEY_ARRAY else leaf)
-        outputs = self.execute(buffers).consume_with_handlers(self.out_handlers)
+                leaf_type = type(leaf)
+                if leaf_type is _ARRAY:
+                    buffers.append(leaf)
+                elif leaf_type is _KEY_ARRAY:
+                    buffers.append(_key_array_buffer(leaf))
+                else:
+                    leaf = self.scalar_buffer(i, leaf)
+                    if leaf is None:
+                        return DELEGATE
+                    buffers.append(leaf)
+        try:
+            outputs = self.execute(buffers).consume_with_handlers(self.out_handlers)
+        except _RuntimeError as error:
+            raise _as_jit_error(error)
         if self.out_treedef is not None:
             return self.out_treedef.unflatten(outputs)
         return self.jax_out_treedef.unflatten(outputs)
+
+    cdef object scalar_buffer(self, Py_ssize_t index, object value):
+        """A device array for a Python scalar argument, or None if it won't convert.
+
+        Constants (a learning rate passed every step) are converted once and
+        reused: arrays are immutable, unless donated, so functions that donate
+        convert every time.  Zeros are never reused (0.0 == -0.0)."""
+        cdef bint reuse = self.reuse_scalar_buffers and value != 0
+        if reuse:
+            key = (index, value)
+            found = self.scalar_buffers.get(key)
+            if found is not None:
+                return found
+        try:
+            buffer = _put_scalar(value, self.scalar_inputs[index])
+        except (OverflowError, TypeError, ValueError):
+            return None
+        if reuse and len(self.scalar_buffers) < MAX_REUSED_SCALARS:
+            self.scalar_buffers[key] = buffer
+        return buffer
 
     @property
     def is_fast(self):

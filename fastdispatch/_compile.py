@@ -23,12 +23,15 @@ Private names used, all read here only:
   MeshExecutable._in_shardings, _dispatch_in_layouts
                                           what the executable expects of each kept input
   jax._src.dispatch.needs_check_special   jax_debug_nans / jax_debug_infs
+  jaxlib batched_device_put               puts a converted Python scalar on its device
+  Sharding._device_assignment             the device of a one-device input sharding
 """
 from __future__ import annotations
 
 from typing import NamedTuple
 
 import jax
+import numpy as np
 from jax._src import array as _array
 from jax._src import config as _config
 from jax._src import core as _core
@@ -36,11 +39,13 @@ from jax._src import dispatch as _dispatch
 from jax._src.random import prng as _prng
 from jax._src import tree_util as _tree_util
 from jax._src.interpreters import pxla as _pxla
+from jax._src.lib import _jax as _xc
 
 # The concrete types the fast path reads directly.
 ARRAY_TYPE = _array.ArrayImpl
 KEY_ARRAY_TYPE = _prng.PRNGKeyArray
 TRACER_TYPE = jax.core.Tracer
+RUNTIME_ERROR = jax.errors.JaxRuntimeError
 
 # Attribute names read on ARRAY_TYPE in the hot path: ~30 ns each, against
 # ~85 ns for the public ``.sharding`` property (docs/performance.md).
@@ -92,12 +97,33 @@ def resolved_arguments(jitted) -> ResolvedArguments:
         tuple(info.donate_argnums), tuple(info.donate_argnames))
 
 
+# Python scalars the dispatcher converts itself (weakly typed, as jax does);
+# numpy values are left to jax.jit, whose C++ converts them faster than any
+# public entry point (docs/performance.md).
+PYTHON_SCALAR_TYPES = (int, float, bool, complex)
+
+
+class ScalarInput(NamedTuple):
+    """How to put one Python scalar argument where the executable wants it."""
+    aval: object           # the executable's input aval (dtype, weak type)
+    sharding: object       # its input sharding (one device)
+    device: object         # that device
+    dtype: object          # numpy dtype to convert the scalar to
+
+
+def put_scalar(value, spec: ScalarInput):
+    """A device array holding ``value`` as the executable expects it."""
+    host = np.asarray(value, dtype=spec.dtype)
+    return _xc.batched_device_put(spec.aval, spec.sharding, [host], [spec.device], False)
+
+
 class FastPath(NamedTuple):
     """What the dispatcher needs to run a compiled executable without jax."""
     execute: object        # LoadedExecutable.execute_sharded, bound
     out_handlers: list     # one result handler per flat output
     out_treedef: object    # jax PyTreeDef of the outputs
     kept: tuple            # indices of the flat inputs the executable takes
+    scalar_inputs: dict    # flat index -> ScalarInput, for Python scalar arguments
 
 
 def fast_path(compiled, arg_leaves) -> FastPath | str:
@@ -129,16 +155,23 @@ def fast_path(compiled, arg_leaves) -> FastPath | str:
     if len(handlers) != compiled.out_tree.num_leaves:
         return "outputs flatten differently for dispatch"
     kept = tuple(sorted(call.kept_var_idx))
-    for index, expected in zip(kept, executable._in_shardings):
+    scalar_inputs = {}
+    for index, expected, aval in zip(kept, executable._in_shardings, executable.in_avals):
         leaf = arg_leaves[index]
+        if type(leaf) in PYTHON_SCALAR_TYPES:
+            devices = expected._device_assignment
+            if len(devices) != 1:
+                return "scalar argument on several devices"
+            scalar_inputs[index] = ScalarInput(aval, expected, devices[0], aval.dtype)
+            continue
         if not isinstance(leaf, (ARRAY_TYPE, KEY_ARRAY_TYPE)):
-            return "argument is not a jax Array"
+            return "numpy arguments"
         actual = leaf.sharding
         if actual is not expected and not (
                 actual == expected or actual.is_equivalent_to(expected, leaf.ndim)):
             return "argument must be resharded"
     return FastPath(call.xla_executable.execute_sharded, handlers,
-                    compiled.out_tree, kept)
+                    compiled.out_tree, kept, scalar_inputs)
 
 
 def raw_runner(compiled: jax.stages.Compiled, *args, **kwargs):
@@ -188,3 +221,14 @@ def slow_path_reason() -> str | None:
     if not _core.trace_state_clean():
         return "tracer"
     return None
+
+
+def python_scalar_aval(scalar_type, context: tuple):
+    """The aval jax gives a Python scalar of this type under this trace context."""
+    x64 = dict(zip(trace_context_names(), context)).get("jax_enable_x64", False)
+    with jax.enable_x64(bool(x64)):
+        return _core.get_aval(scalar_type())
+
+
+def shaped_aval(shape, dtype):
+    return _core.ShapedArray(tuple(shape), dtype)

@@ -10,6 +10,7 @@ cdef class CompiledFunction:
     cdef tuple _static_argnums             # as jax resolved them; may be negative
     cdef frozenset _static_argnames        # as jax resolved them
     cdef bint _has_static                  # any static argument at all
+    cdef bint _donates                     # any donated argument at all
     cdef tuple _dynamic_arg_names          # positional parameter names minus static ones
     cdef CacheEntry _last                  # entry of the previous call: the guard's guess
     cdef dict __dict__                     # as functools.wraps fills it

@@ -11,6 +11,8 @@ objects between arrays of one executable (docs/performance.md).
 import re
 import sys
 
+import numpy as np
+
 from cpython.object cimport PyObject
 from cpython.ref cimport Py_INCREF
 from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
@@ -24,10 +26,18 @@ cdef object _KEY_ARRAY = _compile.KEY_ARRAY_TYPE
 cdef object _TRACER = _compile.TRACER_TYPE
 cdef str _SHARDING = sys.intern(_compile.SHARDING_ATTR)
 cdef str _COMMITTED = sys.intern(_compile.COMMITTED_ATTR)
+cdef tuple _HOST_ARRAY_TYPES = (np.ndarray, np.generic)
+
+
+cdef inline bint _is_python_scalar(object leaf_type):
+    return leaf_type is float or leaf_type is int or leaf_type is bool or leaf_type is complex
 
 
 cdef LeafStatus read_leaf_keys(list leaves, list keys) except *:
-    """Append aval, sharding and committed of every leaf to ``keys``."""
+    """Append three key slots per leaf to ``keys``: aval, sharding, committed
+    for jax Arrays and typed keys; the type and two Nones for Python scalars
+    (the type and jax's context fix the aval); type, shape and dtype for numpy
+    values."""
     cdef Py_ssize_t i, n = PyList_GET_SIZE(leaves)
     cdef object leaf, leaf_type
     for i in range(n):
@@ -41,6 +51,14 @@ cdef LeafStatus read_leaf_keys(list leaves, list keys) except *:
             keys.append(leaf.aval)
             keys.append(leaf.sharding)
             keys.append(leaf.committed)
+        elif _is_python_scalar(leaf_type):
+            keys.append(leaf_type)
+            keys.append(None)
+            keys.append(None)
+        elif isinstance(leaf, _HOST_ARRAY_TYPES):
+            keys.append(leaf_type)
+            keys.append(leaf.shape)
+            keys.append(leaf.dtype)
         elif isinstance(leaf, _TRACER):
             return LEAVES_TRACER
         else:
@@ -80,17 +98,25 @@ cdef class CallSignature:
             return False
         if not _identical_tuple(context, self.context) and not _same_tuple(context, self.context):
             return False
-        if static_args is not self.static_args and static_args != self.static_args:
-            return False
+        if static_args is not self.static_args:
+            try:
+                if static_args != self.static_args:
+                    return False
+            except Exception:
+                return False   # a static argument's __eq__ raised: the lookup reports it
         cdef Py_ssize_t i, n = PyList_GET_SIZE(leaves)
         cdef list keys = self.leaf_keys
-        cdef object leaf
+        cdef object leaf, leaf_type
         for i in range(n):
             leaf = <object>PyList_GET_ITEM(leaves, i)
-            if (type(leaf) is not _ARRAY
-                    or leaf.aval is not <object>PyList_GET_ITEM(keys, 3 * i)
-                    or getattr(leaf, _SHARDING) is not <object>PyList_GET_ITEM(keys, 3 * i + 1)
-                    or getattr(leaf, _COMMITTED) is not <object>PyList_GET_ITEM(keys, 3 * i + 2)):
+            leaf_type = type(leaf)
+            if leaf_type is _ARRAY:
+                if (leaf.aval is not <object>PyList_GET_ITEM(keys, 3 * i)
+                        or getattr(leaf, _SHARDING) is not <object>PyList_GET_ITEM(keys, 3 * i + 1)
+                        or getattr(leaf, _COMMITTED) is not <object>PyList_GET_ITEM(keys, 3 * i + 2)):
+                    return False
+            elif not (leaf_type is <object>PyList_GET_ITEM(keys, 3 * i)
+                      and _is_python_scalar(leaf_type)):
                 return False
         return True
 
@@ -104,12 +130,17 @@ cdef class CallSignature:
         paths = self.treedef.leaf_paths()
         args = []
         for i, path in enumerate(paths):
-            aval = self.leaf_keys[3 * i]
-            sharding = self.leaf_keys[3 * i + 1]
-            committed = self.leaf_keys[3 * i + 2]
-            text = _aval_text(aval)
-            if committed:
-                text = f"{text}@{sharding}"
+            first = self.leaf_keys[3 * i]
+            second = self.leaf_keys[3 * i + 1]
+            third = self.leaf_keys[3 * i + 2]
+            if isinstance(first, type) and second is None:
+                text = _aval_text(_compile.python_scalar_aval(first, self.context))
+            elif isinstance(first, type):
+                text = f"{_aval_text(_compile.shaped_aval(second, third))} (numpy)"
+            else:
+                text = _aval_text(first)
+                if third:
+                    text = f"{text}@{second}"
             args.append((_argument_label(path, self.arg_names), text))
         static = [(str(label), repr(value))
                   for label, _, value in _triples(self.static_args)]
