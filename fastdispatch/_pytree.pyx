@@ -33,6 +33,7 @@ from cpython.object cimport PyObject, PyObject_Call
 from cpython.ref cimport Py_INCREF
 from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE, PyTuple_New, PyTuple_SET_ITEM
 from cpython.unicode cimport PyUnicode_Compare
+from libc.stdlib cimport bsearch, qsort
 
 from fastdispatch._compile import pytree_registry
 
@@ -267,7 +268,8 @@ def _treedef_from_state(int kind, object node_type, object data, tuple children)
     if kind == NODE_TUPLE or kind == NODE_LIST:
         return _new_node(kind, node_type, None, children, None, 0, True)
     if kind == NODE_DICT:
-        keys = _new_dict_keys(tuple(data), tuple(data), None)
+        data = tuple(data)
+        keys = _new_dict_keys(data, data)
         return _new_node(kind, dict, keys, children, None, <Py_uhash_t>keys.keys_hash, keys.atoms)
     _check_registry()
     info = _lookup_type(node_type)
@@ -436,8 +438,9 @@ cdef class DictKeys:
         PyMem_Free(self.order)
 
 
-cdef DictKeys _new_dict_keys(tuple insertion, tuple sorted_keys, list order):
-    """``order`` maps sorted position -> insertion index (None: already sorted)."""
+cdef DictKeys _new_dict_keys(tuple insertion, tuple sorted_keys):
+    """Key orders for a dict whose keys are `insertion`, `sorted_keys` being the same
+    key objects in jax's order."""
     cdef DictKeys keys = DictKeys.__new__(DictKeys)
     cdef Py_ssize_t i, n = PyTuple_GET_SIZE(insertion)
     keys.insertion = insertion
@@ -447,13 +450,44 @@ cdef DictKeys _new_dict_keys(tuple insertion, tuple sorted_keys, list order):
     keys.order = <Py_ssize_t*>PyMem_Malloc((n + 1) * sizeof(Py_ssize_t))
     if keys.order == NULL:
         raise MemoryError()
-    for i in range(n):
-        keys.order[i] = i if order is None else <Py_ssize_t>order[i]
+    _fill_order(insertion, sorted_keys, keys.order)
     return keys
 
 
+cdef struct KeyIndex:
+    PyObject* key
+    Py_ssize_t index
+
+
+cdef int _by_address(const void* a, const void* b) noexcept nogil:
+    cdef size_t x = <size_t>(<KeyIndex*>a).key, y = <size_t>(<KeyIndex*>b).key
+    return (x > y) - (x < y)
+
+
+cdef int _fill_order(tuple insertion, tuple sorted_keys, Py_ssize_t* order) except -1:
+    """order[j] = the insertion index of sorted_keys[j], matching key objects by
+    address (no user __eq__ or __hash__ runs): a C sort of (address, index) pairs
+    and a binary search per key."""
+    cdef Py_ssize_t j, n = PyTuple_GET_SIZE(insertion)
+    cdef KeyIndex probe
+    cdef KeyIndex* found
+    cdef KeyIndex* pairs = <KeyIndex*>PyMem_Malloc((n + 1) * sizeof(KeyIndex))
+    if pairs == NULL:
+        raise MemoryError()
+    for j in range(n):
+        pairs[j].key = PyTuple_GET_ITEM(insertion, j)
+        pairs[j].index = j
+    qsort(pairs, n, sizeof(KeyIndex), _by_address)
+    for j in range(n):
+        probe.key = PyTuple_GET_ITEM(sorted_keys, j)
+        found = <KeyIndex*>bsearch(&probe, pairs, n, sizeof(KeyIndex), _by_address)
+        order[j] = found.index  # always found: the same key objects
+    PyMem_Free(pairs)
+    return 0
+
+
 cdef list _dict_slots = [None] * DICT_SLOTS
-cdef TreeDef _EMPTY_DICT_DEF = _new_node(NODE_DICT, dict, _new_dict_keys((), (), None), (), None,
+cdef TreeDef _EMPTY_DICT_DEF = _new_node(NODE_DICT, dict, _new_dict_keys((), ()), (), None,
                                          <Py_uhash_t>hash(()), True)
 
 
@@ -497,16 +531,16 @@ cdef inline DictKeys _candidate_keys(PyObject* first_key, Py_ssize_t n, Py_ssize
 
 
 cdef DictKeys _sort_dict_keys(dict d, Py_ssize_t slot):
-    """Sort a dict's keys as jax does (list.sort, stable) and remember the order."""
+    """Sort a dict's keys as jax does (list.sort on the keys) and remember the order."""
     cdef tuple insertion = tuple(d)
-    cdef list order = list(range(PyTuple_GET_SIZE(insertion)))
+    cdef list sorted_list = list(insertion)
     try:
-        order.sort(key=insertion.__getitem__)
+        sorted_list.sort()
     except Exception as error:
         # jax's wording (pytree.cc), with the comparison error as the cause.
         raise ValueError(
             "Comparator raised exception while sorting pytree dictionary keys.") from error
-    cdef DictKeys keys = _new_dict_keys(insertion, tuple([insertion[i] for i in order]), order)
+    cdef DictKeys keys = _new_dict_keys(insertion, tuple(sorted_list))
     # Two-way slot: the newcomer takes the slot, the old occupant moves to its pair.
     # Keys that are user objects are not cached: the cache must not keep them alive.
     if keys.atoms:
