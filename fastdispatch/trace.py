@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import functools
 import inspect
 import itertools
 import json
@@ -29,6 +30,7 @@ import os
 import re
 import threading
 import time
+import weakref
 from _thread import get_ident
 
 import numpy as np
@@ -104,6 +106,7 @@ class FunctionStats:
         self.overhead = _Histogram()
         # (describe() dict, treedef) of the latest distinct compiled signatures
         self.signatures = collections.deque(maxlen=_SIGNATURES_KEPT)
+        self.first_signature = None           # describe() of the first compile
         self.recompiles = []                  # (compile number, [what changed])
         self.recompiles_dropped = 0
 
@@ -158,7 +161,7 @@ class Trace:
         self._batched_calls = 0               # calls in self._batches
         self._calls_seen = 0
         self._functions = {}                  # (name, location) -> FunctionStats
-        self._keys = {}                       # id(compiled function) -> ((name, location), function)
+        self._keys = {}                       # id(compiled function) -> ((name, location), weakref)
         self._thread_names = {}
         self._fold_lock = threading.Lock()
         self.start_ns = time.perf_counter_ns()
@@ -219,24 +222,33 @@ class Trace:
                 if one_compile_ns or (not one_hit and fallback is None):
                     self._count_compile(stats, one_compile_ns, signature)
 
-        # Keep the batch for the trace file (signatures dropped), then only as
-        # many old batches as the latest max_events calls need.
-        self._batches.append((fns, stamps, hits, compiles, fallbacks, tids))
+        # Keep the batch for the trace file (by function key: neither compiled
+        # functions nor signatures stay alive), then only as many old batches
+        # as the latest max_events calls need.
+        call_keys = list(map(keys.__getitem__, fns))
+        self._batches.append((call_keys, stamps, hits, compiles, fallbacks, tids))
         self._batched_calls += n
         self._calls_seen += n
         while self._batched_calls - len(self._batches[0][0]) >= self.max_events:
             self._batched_calls -= len(self._batches.popleft()[0])
 
     def _key_of(self, fn):
-        entry = self._keys.get(id(fn))
-        if entry is not None and entry[1] is fn:
+        """The (name, location) of a compiled function, looked up once per function."""
+        fn_id = id(fn)
+        entry = self._keys.get(fn_id)
+        if entry is not None and entry[1]() is fn:
             return entry[0]
         name, location = _name_and_location(fn)
         key = (name, location)
         if key not in self._functions:
             self._functions[key] = FunctionStats(name, location)
-        # Holding `fn` keeps its id from being reused by another function.
-        self._keys[id(fn)] = (key, fn)
+        # A weak reference, dropped with the function: a jit inside a loop
+        # makes a new function per call, and the trace must not keep them all.
+        try:
+            ref = weakref.ref(fn, lambda _: self._keys.pop(fn_id, None))
+        except TypeError:
+            ref = lambda: fn            # not weakly referenceable: hold it
+        self._keys[fn_id] = (key, ref)
         return key
 
     @staticmethod
@@ -246,6 +258,8 @@ class Trace:
         if signature is None:
             return
         current = (signature.describe(), signature.treedef)
+        if stats.first_signature is None:
+            stats.first_signature = current[0]
         if stats.signatures:
             changes = _closest_change(stats.signatures, current)
             if len(stats.recompiles) < _EXPLANATIONS_KEPT:
@@ -276,15 +290,14 @@ class Trace:
 
     def report(self):
         """The report text: one row per function, then each recompile explained."""
-        return format_report(self.function_stats(), self._wall_ns(), self._calls_seen)
+        return format_report(self.function_stats(), self._wall_ns())
 
     def latest_calls(self):
         """The latest (up to max_events) calls, oldest first, as tuples
         ``((name, location), times, hit, compile_ns, fallback, tid)``."""
         self._fold()
         calls = []
-        for fns, stamps, hits, compiles, fallbacks, tids in self._batches:
-            keys = [self._keys[id(fn)][0] for fn in fns]
+        for keys, stamps, hits, compiles, fallbacks, tids in self._batches:
             calls += zip(keys, stamps.tolist(), hits, compiles, fallbacks, tids)
         return calls[-self.max_events:]
 
@@ -305,7 +318,7 @@ def _label(stats):
 def _name_and_location(fn):
     name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or repr(fn)
     target = inspect.unwrap(getattr(fn, "__wrapped__", fn))
-    while hasattr(target, "func"):          # functools.partial
+    while isinstance(target, functools.partial):
         target = target.func
     code = getattr(target, "__code__", None)
     if code is None:
@@ -427,7 +440,7 @@ OVERHEAD_NOTE = (
     "as a share of the traced wall time.")
 
 
-def format_report(functions, wall_ns, events_seen):
+def format_report(functions, wall_ns):
     calls = sum(s.calls for s in functions)
     lines = [
         f"fastdispatch trace: {calls} calls of {len(functions)} functions "
@@ -506,9 +519,13 @@ def _chrome_trace(events, thread_names, start_ns):
         span(name, "call", times[0], times[5], tid, {
             "location": location, "hit": hit, "fallback": fallback,
             "compile_ms": compile_ns / 1e6})
-        for phase, begin, end in zip(PHASES, times, times[1:]):
-            if end > begin:
-                span(f"{name}: {phase}", "phase", begin, end, tid)
+        if fallback is not None:
+            # jax.jit ran the call: its phases are not fastdispatch's.
+            span(f"{name}: jax.jit ({fallback})", "fallback", times[0], times[5], tid)
+        else:
+            for phase, begin, end in zip(PHASES, times, times[1:]):
+                if end > begin:
+                    span(f"{name}: {phase}", "phase", begin, end, tid)
         if compile_ns:
             # A miss compiles right after its lookup, inside the launch phase.
             span(f"{name}: compile", "compile", times[3], min(times[3] + compile_ns, times[5]), tid)
@@ -606,12 +623,13 @@ def assert_max_compiles(n):
 def compile_count_message(offenders, n):
     lines = []
     for s in offenders:
-        lines.append(f"{_label(s)} compiled {s.compiles} times (at most {n} allowed)")
-        if s.signatures and (not s.recompiles or s.recompiles[0][0] != 1):
-            first = s.signatures[0][0]
+        times = "time" if s.compiles == 1 else "times"
+        lines.append(f"{_label(s)} compiled {s.compiles} {times} (at most {n} allowed)")
+        first = s.first_signature
+        if first is not None:
             described = [f"{path}: {text}" for path, text in first["args"]]
             described += [f"static {label}: {value}" for label, value in first["static"]]
-            lines.append("  compile 1: " + (", ".join(described) or "no arguments"))
+            lines.append("  first compile: " + (", ".join(described) or "no arguments"))
         for number, changes in s.recompiles:
             lines.append(f"  compile {number}: " + "; ".join(changes))
     return "\n".join(lines)

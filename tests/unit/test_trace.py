@@ -241,11 +241,37 @@ def test_trace_file_has_spans_per_call_phase_and_compile(tmp_path):
     assert len({e["tid"] for e in spans}) == 2
 
 
-def test_zero_length_phases_of_a_fallback_are_left_out():
+def test_zero_length_phases_are_left_out():
     t = Trace()
-    t.record(F, (0, 100, 100, 100, 100, 9000), False, 0, "disable_jit", None)
+    t.record(F, (0, 100, 300, 300, 5000, 5100), True, 0, None, SIG4)
     names = [e["name"] for e in t.chrome_trace()["traceEvents"] if e["ph"] == "X"]
-    assert names == ["step", "step: flatten", "step: unflatten"]
+    assert names == ["step", "step: flatten", "step: signature", "step: launch", "step: unflatten"]
+
+
+def test_a_fallback_is_one_jax_jit_span():
+    t = Trace()
+    t.record(F, (0, 9000, 9000, 9000, 9000, 9000), False, 0, "disable_jit", None)
+    spans = [e for e in t.chrome_trace()["traceEvents"] if e["ph"] == "X"]
+    assert [(e["name"], e["dur"]) for e in spans] == [
+        ("step", 9.0), ("step: jax.jit (disable_jit)", 9.0)]
+    assert spans[0]["args"]["fallback"] == "disable_jit"
+
+
+def test_the_trace_keeps_no_compiled_function_alive():
+    import gc
+    import weakref
+
+    t = Trace(max_events=10)
+    fn = FakeCompiled(step)
+    alive = weakref.ref(fn)
+    for i in range(tracing._FOLD_EVERY):
+        call(t, fn, SIG4, start=i)
+    del fn
+    gc.collect()
+    assert alive() is None
+    assert t._keys == {}
+    (row,) = t.stats().values()
+    assert row["calls"] == tracing._FOLD_EVERY
 
 
 # -- the public API (through a fake sink setter) -----------------------------------
@@ -285,8 +311,11 @@ def test_assert_max_compiles_names_the_function_and_the_change(sinks):
             sinks[-1].record(F, stamps(0), False, 10, None, SIG4)
             sinks[-1].record(F, stamps(0), False, 10, None, SIG8)
     message = str(error.value)
-    assert "step (" in message and "compiled 2 times (at most 1 allowed)" in message
-    assert "compile 2: x: f32[4] -> f32[8]" in message
+    assert message.splitlines()[1:] == [
+        "  first compile: x: f32[4]",
+        "  compile 2: x: f32[4] -> f32[8]",
+    ]
+    assert message.startswith("step (") and "compiled 2 times (at most 1 allowed)" in message
     assert sinks[-1] is None
 
 
