@@ -159,6 +159,20 @@ def test_the_example_reports_its_recompile():
     assert "y: f32[64,1] -> f32[40,1]" in section
 
 
+def test_the_dispatcher_works_while_jax_jit_is_patched(tmp_path):
+    # fastdispatch.jit builds its slow path with jax's own jit; were it to look
+    # up the public jax.jit at call time, the patch would make it call itself.
+    write(tmp_path / "prog.py", """\
+        import jax
+        import jax.numpy as jnp
+        print(jax.jit(lambda x: x + 1)(jnp.ones(2)).tolist())
+    """)
+    result = run_cli(tmp_path, "prog.py")
+    assert (result.returncode, result.stdout) == (0, "[2.0, 2.0]\n"), (
+        "fastdispatch.jit failed with jax.jit replaced by it (does the dispatcher "
+        f"call the public jax.jit?): exit code {result.returncode}\n{result.stderr}")
+
+
 # -- running the program as python would ----------------------------------------
 
 FAILING = """\
