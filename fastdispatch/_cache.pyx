@@ -13,6 +13,7 @@ import weakref
 from functools import partial
 
 from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
+from libc.string cimport memcpy
 
 from fastdispatch._pytree cimport TreeDef, flatten_into
 from fastdispatch import _compile
@@ -46,6 +47,25 @@ cdef object _as_jit_error(error):
 
 # Every live cache, for CompiledFunctionCache.clear_all().
 _live_caches = weakref.WeakSet()
+
+
+cdef object _scalar_bits(object value):
+    # A new int holding the scalar's exact bits (0.0 and -0.0 differ), or None
+    # when the value is not worth keeping (complex, an int beyond 64 bits).
+    cdef double real
+    cdef long long bits
+    value_type = type(value)
+    if value_type is float:
+        real = value
+        memcpy(&bits, &real, sizeof(bits))
+        return bits
+    if value_type is int or value_type is bool:
+        try:
+            bits = value
+        except OverflowError:
+            return None
+        return bits
+    return None
 
 
 cdef class _Marker:
@@ -148,10 +168,11 @@ cdef class CacheEntry:
 
         Constants (a learning rate passed every step) are converted once and
         reused: arrays are immutable, unless donated, so functions that donate
-        convert every time.  Zeros are never reused (0.0 == -0.0)."""
-        cdef bint reuse = self.reuse_scalar_buffers and value != 0
-        if reuse:
-            key = (index, value)
+        convert every time.  Reuse is keyed by the value's bits, never by the
+        caller's object, so that no argument outlives its call."""
+        key = _scalar_bits(value) if self.reuse_scalar_buffers else None
+        if key is not None:
+            key = (index, key)
             found = self.scalar_buffers.get(key)
             if found is not None:
                 return found
@@ -159,7 +180,7 @@ cdef class CacheEntry:
             buffer = _put_scalar(value, self.scalar_inputs[index])
         except (OverflowError, TypeError, ValueError):
             return None
-        if reuse and len(self.scalar_buffers) < MAX_REUSED_SCALARS:
+        if key is not None and len(self.scalar_buffers) < MAX_REUSED_SCALARS:
             self.scalar_buffers[key] = buffer
         return buffer
 
@@ -286,9 +307,10 @@ cdef class CompiledFunctionCache:
 
     def clear(self):
         """Drop every entry; functions compile again on their next call."""
+        # The functions stay registered: their CompiledFunction objects hold
+        # their FunctionCache and fill it again.
         for function_cache in self._functions.values():
             function_cache.clear()
-        self._functions.clear()
 
     @classmethod
     def clear_all(cls):
