@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import itertools
 import platform
 import statistics
 import timeit
@@ -33,7 +34,8 @@ class Layer:
 
 
 def workloads() -> dict:
-    """name -> tree. Leaves are small numpy arrays (any non-container is a leaf)."""
+    """name -> tree. Leaves are small numpy arrays (any non-container is a leaf).
+    The same tree object is flattened on every call, as a training loop does."""
     w, b = np.ones((8, 8), np.float32), np.ones((8,), np.float32)
     return {
         "tuple, 10 leaves": tuple(np.float32(i) for i in range(10)),
@@ -41,6 +43,20 @@ def workloads() -> dict:
         "param dict, 50 layers {w, b}": {f"layer_{i}": {"w": w, "b": b} for i in range(50)},
         "nested list, 1000 leaves": [[np.float32(j) for j in range(10)] for _ in range(100)],
         "list of 50 dataclasses": [Layer(w, b, f"layer_{i}") for i in range(50)],
+    }
+
+
+def cold_workloads() -> dict:
+    """name -> a pool of trees flattened in turn (flatten only): the cases our
+    caches help least. Both sides pay the same `next()` per call."""
+    w, b = np.ones((8, 8), np.float32), np.ones((8,), np.float32)
+    return {
+        # Equal keys, but new str objects each call (dicts rebuilt with f-strings).
+        "param dict, new key objects each call":
+            [{f"layer_{i}": {"w": w, "b": b} for i in range(50)} for _ in range(64)],
+        # More distinct key sets than the key-order cache holds: every call sorts.
+        "20-key dicts never seen before": [
+            {f"key_{shape}_{i}": w for i in range(20)} for shape in range(1500)],
     }
 
 
@@ -58,13 +74,24 @@ def _time_pair(ours, theirs, repeats: int) -> tuple[float, float]:
     return statistics.median(ours_times), statistics.median(jax_times)
 
 
+def _row(name, operation, leaves, ours_s, jax_s) -> dict:
+    return {
+        "workload": name,
+        "operation": operation,
+        "leaves": leaves,
+        "fastdispatch_us": ours_s * 1e6,
+        "jax_us": jax_s * 1e6,
+        "ratio": ours_s / jax_s,
+    }
+
+
 def run(repeats: int = 15) -> list[dict]:
     """One row per (workload, operation): medians in microseconds and the ratio."""
     rows = []
     for name, tree in workloads().items():
         leaves, treedef = _pytree.flatten(tree)
         jax_leaves, jax_treedef = jtu.tree_flatten(tree)
-        assert leaves == jax_leaves or all(a is b for a, b in zip(leaves, jax_leaves))
+        assert all(a is b for a, b in zip(leaves, jax_leaves))
         assert treedef.to_jax() == jax_treedef
         pairs = {
             "flatten": (lambda: _pytree.flatten(tree), lambda: jtu.tree_flatten(tree)),
@@ -72,15 +99,13 @@ def run(repeats: int = 15) -> list[dict]:
                           lambda: jtu.tree_unflatten(jax_treedef, jax_leaves)),
         }
         for operation, (ours, theirs) in pairs.items():
-            ours_s, jax_s = _time_pair(ours, theirs, repeats)
-            rows.append({
-                "workload": name,
-                "operation": operation,
-                "leaves": treedef.num_leaves,
-                "fastdispatch_us": ours_s * 1e6,
-                "jax_us": jax_s * 1e6,
-                "ratio": ours_s / jax_s,
-            })
+            rows.append(_row(name, operation, treedef.num_leaves,
+                             *_time_pair(ours, theirs, repeats)))
+    for name, pool in cold_workloads().items():
+        ours_pool, jax_pool = itertools.cycle(pool), itertools.cycle(pool)
+        rows.append(_row(name, "flatten", _pytree.flatten(pool[0])[1].num_leaves,
+                         *_time_pair(lambda: _pytree.flatten(next(ours_pool)),
+                                     lambda: jtu.tree_flatten(next(jax_pool)), repeats)))
     return rows
 
 
