@@ -70,3 +70,23 @@ def test_fallbacks_under_grad_are_recorded_with_their_reason():
     (row,) = [r for r in t.stats().values() if r["name"].endswith("square")]
     assert row["fallbacks"] == {"tracer": 1}
     assert row["compiles"] == 0
+
+
+def test_each_thread_gets_its_own_named_track():
+    import threading
+
+    @fastdispatch.jit
+    def neg(x):
+        return -x
+
+    x = jnp.ones(2)
+    neg(x)
+    with fastdispatch.trace() as t:
+        neg(x)
+        worker = threading.Thread(target=neg, args=(x,), name="loader")
+        worker.start()
+        worker.join()
+    events = t.chrome_trace()["traceEvents"]
+    calls = [e for e in events if e["ph"] == "X" and e["name"].endswith("neg")]
+    names = {e["tid"]: e["args"]["name"] for e in events if e["name"] == "thread_name"}
+    assert sorted(names[e["tid"]] for e in calls) == ["MainThread", "loader"]
