@@ -1,0 +1,248 @@
+"""The dispatch workloads: the calls whose per-call overhead the benchmark times.
+
+Each workload is a function, its jit options, a factory of fresh arguments and a
+loop that calls a jitted version of it ``n`` times.  Loops only dispatch (the
+runner blocks once on the last output) unless the workload is a blocking one;
+feedback loops pass outputs back in as the next call's inputs, as a training
+loop does.  Array sizes are tiny on purpose: the point is dispatch, not compute.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import operator
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+# A loop takes (fn, args, kwargs, n), calls fn n times and returns
+# (args for the next loop, last output).
+Loop = Callable[[Callable, tuple, dict, int], "tuple[tuple, Any]"]
+
+
+def same_args(fn, args, kwargs, n):
+    """Dispatch only: the same arguments every call."""
+    for _ in range(n):
+        out = fn(*args, **kwargs)
+    return args, out
+
+
+def block_every_call(fn, args, kwargs, n):
+    """Wait for each call's result before the next call."""
+    for _ in range(n):
+        out = fn(*args, **kwargs).block_until_ready()
+    return args, out
+
+
+@dataclasses.dataclass(frozen=True)
+class Workload:
+    name: str  # id for --only
+    title: str  # row label
+    fun: Callable
+    make_args: Callable[[], "tuple[tuple, dict]"]  # fresh (args, kwargs) each call
+    loop: Loop = same_args
+    jit_options: dict = dataclasses.field(default_factory=dict)
+    devices: int = 1  # CPU devices the workload needs
+    equinox: str = ""  # why equinox.filter_jit can't run it the same way; "" = it can
+    traced: bool = False  # run fastdispatch under `with fastdispatch.trace():`
+    note: str = ""  # printed under the table
+
+    @property
+    def blocking(self) -> bool:
+        return self.loop is block_every_call
+
+    @property
+    def donated(self) -> bool:
+        return bool(self.jit_options.get("donate_argnums") or self.jit_options.get("donate_argnames"))
+
+
+def _vec(value, n=4):
+    return jnp.full((n,), value, jnp.float32)
+
+
+# --- two small arrays ---------------------------------------------------------
+
+def add(x, y):
+    return x + y
+
+
+def _two_arrays():
+    return (_vec(1.0), _vec(2.0)), {}
+
+
+# --- one array through identity -----------------------------------------------
+
+def identity(x):
+    return x
+
+
+# --- a Python float and an array ----------------------------------------------
+
+def scale(x, s):
+    return x * s
+
+
+# --- 200 positional arrays ----------------------------------------------------
+
+def total(*xs):
+    return functools.reduce(operator.add, xs)
+
+
+# --- param dicts: 50 layers of {w: (8, 8), b: (8,)} -----------------------------
+
+LAYERS = 50
+
+
+def make_params(value=0.5):
+    # Zero-padded names so that sorted key order is layer order.
+    return {
+        f"layer{i:02d}": {"w": jnp.full((8, 8), value, jnp.float32), "b": jnp.full((8,), value, jnp.float32)}
+        for i in range(LAYERS)
+    }
+
+
+def sgd(params, grads):
+    return jax.tree_util.tree_map(lambda p, g: p - 0.01 * g, params, grads)
+
+
+def _sgd_args():
+    return (make_params(0.5), make_params(0.1)), {}
+
+
+def sgd_fed_back(fn, args, kwargs, n):
+    params, grads = args
+    for _ in range(n):
+        params = fn(params, grads)
+    return (params, grads), params
+
+
+def mlp_loss(params, x, y):
+    for layer in params.values():
+        x = jnp.tanh(x @ layer["w"] + layer["b"])
+    return jnp.mean((x - y) ** 2)
+
+
+def adam_step(params, opt_state, batch, step, lr):
+    """One Adam update; step is a Python int, lr a Python float."""
+    b1, b2, eps = 0.9, 0.999, 1e-8
+    grads = jax.grad(mlp_loss)(params, *batch)
+    mu = jax.tree_util.tree_map(lambda m, g: b1 * m + (1 - b1) * g, opt_state["mu"], grads)
+    nu = jax.tree_util.tree_map(lambda v, g: b2 * v + (1 - b2) * g * g, opt_state["nu"], grads)
+    t = step + 1
+    size = lr * jnp.sqrt(1 - b2**t) / (1 - b1**t)
+    params = jax.tree_util.tree_map(lambda p, m, v: p - size * m / (jnp.sqrt(v) + eps), params, mu, nu)
+    return params, {"mu": mu, "nu": nu}
+
+
+def _adam_args():
+    batch = (jnp.full((4, 8), 0.1, jnp.float32), jnp.zeros((4, 8), jnp.float32))
+    opt_state = {"mu": make_params(0.0), "nu": make_params(0.0)}
+    return (make_params(0.5), opt_state, batch, 0, 1e-3), {}
+
+
+def adam_fed_back(fn, args, kwargs, n):
+    params, opt_state, batch, step, lr = args
+    for _ in range(n):
+        params, opt_state = out = fn(params, opt_state, batch, step, lr)
+        step += 1
+    return (params, opt_state, batch, step, lr), out
+
+
+# --- keyword arguments with a static_argnames string ---------------------------
+
+def combine(x, *, y, mode):
+    return x + y if mode == "add" else x * y
+
+
+def _kwargs_args():
+    return (_vec(1.0),), {"y": _vec(2.0), "mode": "add"}
+
+
+# --- a registered dataclass pytree ---------------------------------------------
+
+@functools.partial(jax.tree_util.register_dataclass, data_fields=["position", "velocity"], meta_fields=["dt"])
+@dataclasses.dataclass
+class Particles:
+    position: jax.Array
+    velocity: jax.Array
+    dt: float
+
+
+def integrate(p):
+    return Particles(p.position + p.dt * p.velocity, p.velocity, p.dt)
+
+
+def _particles_args():
+    return (Particles(_vec(0.0), _vec(1.0), 0.1),), {}
+
+
+# --- a typed PRNG key fed back -------------------------------------------------
+
+def sample(key):
+    key, sub = jax.random.split(key)
+    return key, jax.random.normal(sub, (4,))
+
+
+def key_fed_back(fn, args, kwargs, n):
+    (key,) = args
+    for _ in range(n):
+        key, x = out = fn(key)
+    return (key,), out
+
+
+# --- an array sharded over 8 CPU devices ----------------------------------------
+
+SHARDED_DEVICES = 8
+
+
+def _sharded_args():
+    mesh = jax.make_mesh((SHARDED_DEVICES,), ("x",), devices=jax.devices()[:SHARDED_DEVICES])
+    sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("x"))
+    x = jax.device_put(np.arange(8 * SHARDED_DEVICES, dtype=np.float32), sharding)
+    return (x, x), {}
+
+
+WORKLOADS = [
+    Workload("two_arrays", "two arrays", add, _two_arrays),
+    Workload("two_arrays_blocking", "two arrays, block every call", add, _two_arrays, loop=block_every_call),
+    Workload("identity", "one array through identity", identity, lambda: ((_vec(1.0),), {})),
+    Workload("float_and_array", "Python float and an array", scale, lambda: ((_vec(1.0), 2.5), {})),
+    Workload(
+        "numpy_args", "two numpy arrays", add,
+        lambda: ((np.ones(4, np.float32), np.full(4, 2.0, np.float32)), {}),
+        note="raw limit has the arguments already on the device",
+    ),
+    Workload("positional_200", "200 positional arrays", total, lambda: (tuple(_vec(i) for i in range(200)), {})),
+    Workload("sgd_params", "SGD, 50-layer param dict", sgd, _sgd_args),
+    Workload(
+        "sgd_donated", "SGD, params donated and fed back", sgd, _sgd_args, loop=sgd_fed_back,
+        jit_options={"donate_argnums": 0},
+        equinox="filter_jit can't donate only the first argument",
+        note="raw limit of the non-donated twin: donated buffers can't be reused",
+    ),
+    Workload(
+        "adam_step", "Adam step, outputs fed back", adam_step, _adam_args,
+        loop=adam_fed_back,
+        equinox="filter_jit makes step: int static: a compile every call",
+        note="adam_step(params, opt_state, batch, step: int, lr: float); raw limit runs the first call's inputs every time",
+    ),
+    Workload(
+        "kwargs_static", "keyword args, static_argnames='mode'", combine, _kwargs_args,
+        jit_options={"static_argnames": "mode"},
+    ),
+    Workload("dataclass", "registered dataclass pytree", integrate, _particles_args),
+    Workload(
+        "prng_key", "typed PRNG key fed back", sample, lambda: ((jax.random.key(0),), {}), loop=key_fed_back,
+        note="raw limit runs the first key every time",
+    ),
+    Workload(
+        "sharded_8", f"array sharded over {SHARDED_DEVICES} CPU devices", add, _sharded_args,
+        devices=SHARDED_DEVICES,
+    ),
+    Workload(
+        "two_arrays_traced", "two arrays, tracing on", add, _two_arrays, traced=True,
+        note="fastdispatch runs under `with fastdispatch.trace():`; not in the summary",
+    ),
+]

@@ -1,0 +1,163 @@
+"""The benchmark's outputs: the text table with its summary, the JSON file, the plot."""
+from __future__ import annotations
+
+import json
+import math
+
+from .runner import EQUINOX, FASTDISPATCH, JAX, RAW, Result
+
+# The design's hot-path budget (docs: /work/shared/design.md, "Hot-path budget").
+GEOMEAN_TARGET = 0.8  # geometric mean of fastdispatch/jax.jit
+MAX_TARGET = 1.0  # never slower than jax.jit
+OVERHEAD_TARGET = 0.25  # (fd - raw) / (jax - raw) on pytree-heavy calls
+ABOVE_RAW_TARGET_US = 0.5  # fixed cost per call above the raw limit
+PYTREE_HEAVY = ("positional_200", "sgd_params", "sgd_donated", "adam_step")  # 100+ leaves
+TWO_ARRAYS = "two_arrays"
+
+
+def format_header(meta: dict) -> str:
+    lines = [
+        f"fastdispatch bench | jax {meta['jax']}, jaxlib {meta['jaxlib']}, Python {meta['python']} | "
+        f"{meta['cpu']} ({meta['cores']} cores), {meta['devices']} CPU devices",
+        f"command: {meta['command']}",
+        f"fastdispatch: {meta['fastdispatch']} | equinox: {meta['equinox']}",
+        f"us per call, median of {meta['repeats']} interleaved repeats; ratios are medians of paired repeats; "
+        "loops dispatch only and block once at the end, unless marked 'block every call'",
+    ]
+    return "\n".join(lines)
+
+
+def format_table(results: list[Result], show_equinox: bool) -> str:
+    impls = [JAX, FASTDISPATCH] + ([EQUINOX] if show_equinox else []) + [RAW]
+    head = ["workload", "calls", *impls, "fd/jax", "overhead"] + (["eqx/jax"] if show_equinox else [])
+    rows = []
+    notes = []
+    for res in results:
+        w = res.workload
+        if res.error:
+            rows.append([w.title, "-"] + ["-"] * (len(head) - 2))
+            notes.append(f"{w.name}: {res.error}")
+            continue
+        cells = [w.title, str(res.calls)]
+        cells += [_num(res.median(name)) for name in impls]
+        cells += [_num(res.ratio()), _num(res.overhead_ratio())]
+        if show_equinox:
+            cells.append(_num(res.ratio(EQUINOX)))
+        rows.append(cells)
+        if w.note:
+            notes.append(f"{w.name}: {w.note}")
+        for name, why in res.skipped.items():
+            if name in impls:
+                notes.append(f"{w.name}: {name} not timed: {why}")
+    widths = [max(len(row[i]) for row in [head] + rows) for i in range(len(head))]
+    lines = ["  ".join(_pad(c, widths[i], i) for i, c in enumerate(row)) for row in [head] + rows]
+    lines.insert(1, "  ".join("-" * width for width in widths))
+    lines.append("overhead = (fastdispatch - raw) / (jax.jit - raw); raw = the bare PjRt call on prepared leaves")
+    lines += [f"  {note}" for note in notes]
+    return "\n".join(lines)
+
+
+def summary(results: list[Result]) -> list[dict]:
+    """The budget's numbers: each {name, value, target, ok}; value None when not measured."""
+    by_name = {res.workload.name: res for res in results if not res.error}
+    ratios = {n: r.ratio() for n, r in by_name.items() if not r.workload.traced and r.ratio() is not None}
+    items = []
+    if ratios:
+        geomean = math.exp(sum(math.log(r) for r in ratios.values()) / len(ratios))
+        worst = max(ratios, key=ratios.get)
+        items.append(_item(f"geomean fastdispatch/jax.jit over {len(ratios)} workloads", geomean, GEOMEAN_TARGET))
+        items.append(_item(f"max fastdispatch/jax.jit ({worst})", ratios[worst], MAX_TARGET))
+    else:
+        items.append(_item("geomean fastdispatch/jax.jit", None, GEOMEAN_TARGET))
+        items.append(_item("max fastdispatch/jax.jit", None, MAX_TARGET))
+    for name in PYTREE_HEAVY:
+        if name in by_name:
+            items.append(_item(f"overhead ratio, {by_name[name].workload.title}", by_name[name].overhead_ratio(),
+                               OVERHEAD_TARGET))
+    if TWO_ARRAYS in by_name:
+        items.append(_item("two-array overhead above the raw limit, us", by_name[TWO_ARRAYS].above_raw(),
+                           ABOVE_RAW_TARGET_US))
+    return items
+
+
+def format_summary(items: list[dict]) -> str:
+    width = max(len(item["name"]) for item in items)
+    lines = []
+    for item in items:
+        value = "n/a" if item["value"] is None else f"{item['value']:.3f}"
+        verdict = "" if item["ok"] is None else ("ok" if item["ok"] else "MISSED")
+        lines.append(f"{item['name']:<{width}}  {value:>7}  (target <= {item['target']})  {verdict}")
+    return "\n".join(lines)
+
+
+def to_json(results: list[Result], meta: dict, extra: dict | None = None) -> dict:
+    rows = []
+    for res in results:
+        w = res.workload
+        rows.append({
+            "name": w.name,
+            "title": w.title,
+            "note": w.note,
+            "error": res.error,
+            "calls_per_loop": res.calls,
+            "us_per_call": {name: res.median(name) for name in res.samples},
+            "samples_us": res.samples,
+            "skipped": res.skipped,
+            "fastdispatch_over_jax": res.ratio(),
+            "overhead_ratio": res.overhead_ratio(),
+            "fastdispatch_above_raw_us": res.above_raw(),
+            "equinox_over_jax": res.ratio(EQUINOX),
+        })
+    return {"metadata": meta, "rows": rows, "summary": summary(results), **(extra or {})}
+
+
+def write_json(path: str, data: dict) -> None:
+    with open(path, "w") as f:
+        json.dump(data, f, indent=1)
+        f.write("\n")
+
+
+def plot(results: list[Result], path: str) -> str:
+    """Writes a bar chart of us per call; returns what it did, in one line."""
+    try:
+        import matplotlib
+    except ImportError:
+        return "--plot: matplotlib is not installed, no plot written (pip install matplotlib)"
+    matplotlib.use("Agg")  # no display needed
+    import matplotlib.pyplot as plt
+
+    results = [res for res in results if not res.error]
+    impls = [name for name in (JAX, FASTDISPATCH, EQUINOX, RAW) if any(name in r.samples for r in results)]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(13, 0.45 * len(results) + 1.5), sharey=True,
+                                      gridspec_kw={"width_ratios": [3, 1]})
+    height = 0.8 / len(impls)
+    for i, name in enumerate(impls):
+        ys = [row + i * height for row in range(len(results))]
+        left.barh(ys, [res.median(name) or 0 for res in results], height, label=name)
+    left.set_xscale("log")
+    left.set_xlabel("us per call (log)")
+    left.set_yticks([row + 0.4 - height / 2 for row in range(len(results))], [r.workload.title for r in results])
+    left.invert_yaxis()
+    left.legend()
+    right.barh([row + 0.4 - height / 2 for row in range(len(results))], [r.ratio() or 0 for r in results], 0.6)
+    right.axvline(MAX_TARGET, color="k", lw=0.8)
+    right.axvline(GEOMEAN_TARGET, color="k", lw=0.8, ls="--")
+    right.set_xlabel("fastdispatch / jax.jit")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return f"plot written to {path}"
+
+
+def _item(name: str, value: float | None, target: float) -> dict:
+    return {"name": name, "value": value, "target": target, "ok": None if value is None else value <= target}
+
+
+def _num(x: float | None) -> str:
+    if x is None:
+        return "-"
+    return f"{x:.3g}" if abs(x) < 10 else f"{x:.0f}"
+
+
+def _pad(cell: str, width: int, column: int) -> str:
+    return cell.ljust(width) if column == 0 else cell.rjust(width)

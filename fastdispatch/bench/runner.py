@@ -1,0 +1,281 @@
+"""Runs one workload: checks every implementation against jax.jit, then times them.
+
+Fairness rules, all here:
+- every implementation is called with the same argument shapes, so each times
+  one compiled executable;
+- each output is checked against jax.jit's (tree, shape, dtype, weak_type,
+  sharding, values) before any timing; an implementation that differs is not timed;
+- warm-up calls run before timing; gc is off inside timed loops; time.perf_counter_ns;
+- implementations are interleaved within each repeat (the starting one rotates),
+  so that machine noise hits them alike, and ratios are medians over the paired
+  repeats, never ratios of medians.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import gc
+import statistics
+import time
+from typing import Callable
+
+import jax
+import numpy as np
+
+from fastdispatch._compile import raw_runner
+
+from .dispatch import Workload
+
+JAX, FASTDISPATCH, EQUINOX, RAW = "jax.jit", "fastdispatch", "equinox", "raw"
+
+
+@dataclasses.dataclass(frozen=True)
+class Impl:
+    name: str
+    wrap: Callable[[Workload], Callable] | None  # workload -> jitted callable
+    unavailable: str = ""  # why it can't run at all in this process
+
+
+def implementations() -> list[Impl]:
+    """What is compared with jax.jit: fastdispatch.jit and equinox.filter_jit, as far as they import."""
+    impls = []
+    try:
+        from fastdispatch import jit as fd_jit
+    except Exception as e:  # the dispatcher may not be built yet
+        impls.append(Impl(FASTDISPATCH, None, f"fastdispatch.jit unavailable ({type(e).__name__}: {e})"))
+    else:
+        impls.append(Impl(FASTDISPATCH, lambda w: fd_jit(w.fun, **w.jit_options)))
+    try:
+        import equinox
+    except ImportError:
+        impls.append(Impl(EQUINOX, None, "equinox not installed"))
+    else:
+        impls.append(Impl(EQUINOX, lambda w: equinox.filter_jit(w.fun)))
+    return impls
+
+
+@dataclasses.dataclass
+class Result:
+    workload: Workload
+    calls: int = 0  # calls per timed loop
+    samples: dict = dataclasses.field(default_factory=dict)  # impl -> [us per call, one per repeat]
+    skipped: dict = dataclasses.field(default_factory=dict)  # impl -> why it has no timing
+    error: str = ""  # why the whole row has no timing
+
+    def median(self, name: str) -> float | None:
+        return statistics.median(self.samples[name]) if name in self.samples else None
+
+    def paired(self, f: Callable[..., float], *names: str) -> float | None:
+        """Median over repeats of f(sample of each name, same repeat)."""
+        if not all(name in self.samples for name in names):
+            return None
+        return statistics.median(f(*values) for values in zip(*(self.samples[n] for n in names)))
+
+    def ratio(self, name: str = FASTDISPATCH) -> float | None:
+        """time(name) / time(jax.jit)."""
+        return self.paired(lambda t, j: t / j, name, JAX)
+
+    def overhead_ratio(self) -> float | None:
+        """(fastdispatch - raw) / (jax.jit - raw): the share of jax.jit's overhead left."""
+        return self.paired(lambda t, j, r: (t - r) / (j - r), FASTDISPATCH, JAX, RAW)
+
+    def above_raw(self) -> float | None:
+        """fastdispatch - raw, in us per call."""
+        return self.paired(lambda t, r: t - r, FASTDISPATCH, RAW)
+
+
+def run_workload(w: Workload, impls: list[Impl], repeats: int, target_s: float) -> Result:
+    """Checks, then times jax.jit, each available implementation and the raw limit on w."""
+    result = Result(w)
+    if jax.device_count() < w.devices:
+        result.error = (
+            f"needs {w.devices} CPU devices, this process has {jax.device_count()} "
+            "(run the benchmark in a fresh process: jax's backends had already started)"
+        )
+        return result
+    reference_fn = jax.jit(w.fun, **w.jit_options)
+    try:
+        expected = _outputs(w, reference_fn)
+    except Exception as e:
+        result.error = f"jax.jit {_raised(e)}"
+        return result
+
+    loops = {JAX: _bind(w, reference_fn)}
+    for impl in impls:
+        if impl.unavailable:
+            continue  # said once, in the report's header
+        context = _trace_context() if w.traced and impl.name == FASTDISPATCH else None
+        why = _why_not(w, impl)
+        if not why:
+            try:
+                fn = impl.wrap(w)
+                first, fed_back = _outputs(w, fn, context)
+                why = _difference(expected[0], first) or _difference(
+                    expected[1], fed_back, label=f"output after {FED_BACK_CALLS} calls")
+            except Exception as e:
+                why = _raised(e)
+        if why:
+            result.skipped[impl.name] = why
+        else:
+            loops[impl.name] = _bind(w, fn, context)
+    try:
+        run = _raw_runner(w)
+        why = _difference(expected[0], run(), flat=True)
+    except Exception as e:
+        why = _raised(e)
+    if why:
+        result.skipped[RAW] = why
+    else:
+        loops[RAW] = _raw_loop(run, w.blocking)
+
+    result.calls = n = _calls_per_loop(loops[JAX], target_s)
+    for name, loop in list(loops.items()):
+        try:
+            loop(max(1, n // 5))  # warm-up
+        except Exception as e:
+            result.skipped[name] = f"warm-up {_raised(e)}"
+            del loops[name]
+    gc.collect()
+    names = list(loops)
+    result.samples = {name: [] for name in names}
+    for r in range(repeats):
+        start = r % len(names)
+        for name in names[start:] + names[:start]:
+            result.samples[name].append(_time(loops[name], n))
+    return result
+
+
+FED_BACK_CALLS = 3  # outputs are also checked after this many calls of the workload's loop
+
+
+def _outputs(w: Workload, fn: Callable, context: Callable | None = None) -> tuple:
+    """fn's output after one call and after a few calls of w's loop, each from fresh arguments
+    (donated arguments are consumed by a call)."""
+    with (context or contextlib.nullcontext)():
+        args, kwargs = w.make_args()
+        first = fn(*args, **kwargs)
+        args, kwargs = w.make_args()
+        last = w.loop(fn, args, kwargs, FED_BACK_CALLS)[1]
+    return first, last
+
+
+def _why_not(w: Workload, impl: Impl) -> str:
+    if impl.name == EQUINOX and (w.equinox or w.traced):
+        return w.equinox or "not traced"
+    if w.traced and impl.name == FASTDISPATCH and _trace_context() is None:
+        return "fastdispatch.trace unavailable"
+    return ""
+
+
+def _raised(e: Exception) -> str:
+    return f"raised {type(e).__name__}: {e}"
+
+
+def _trace_context() -> Callable | None:
+    """fastdispatch.trace, the context manager, when the tracing layer provides it."""
+    import fastdispatch
+
+    trace = getattr(fastdispatch, "trace", None)
+    return trace if callable(trace) else None
+
+
+def _bind(w: Workload, fn: Callable, context: Callable | None = None) -> Callable[[int], object]:
+    """A loop(n) that calls fn n times on its own arguments, kept between loops."""
+    args, kwargs = w.make_args()
+    state = [args]
+    context = context or contextlib.nullcontext
+
+    def loop(n):
+        with context():
+            state[0], out = w.loop(fn, state[0], kwargs, n)
+        return out
+
+    return loop
+
+
+def _raw_runner(w: Workload) -> Callable[[], list]:
+    """fastdispatch._compile.raw_runner for w; donation dropped (the non-donated twin)."""
+    options = {k: v for k, v in w.jit_options.items() if not k.startswith("donate_")}
+    args, kwargs = w.make_args()
+    compiled = jax.jit(w.fun, **options).lower(*args, **kwargs).compile()
+    # raw_runner takes the dynamic arguments only.
+    names = options.get("static_argnames") or ()
+    names = {names} if isinstance(names, str) else set(names)
+    nums = options.get("static_argnums")
+    nums = {nums} if isinstance(nums, int) else set(nums or ())
+    args = [a for i, a in enumerate(args) if i not in nums]
+    kwargs = {k: v for k, v in kwargs.items() if k not in names}
+    return raw_runner(compiled, *args, **kwargs)
+
+
+def _raw_loop(run: Callable[[], list], blocking: bool) -> Callable[[int], object]:
+    if blocking:
+        def loop(n):
+            for _ in range(n):
+                out = run()
+                out[0].block_until_ready()
+            return out
+    else:
+        def loop(n):
+            for _ in range(n):
+                out = run()
+            return out
+    return loop
+
+
+def _time(loop: Callable[[int], object], n: int) -> float:
+    """Microseconds per call of one loop of n calls, blocking once at the end."""
+    gc.disable()
+    try:
+        start = time.perf_counter_ns()
+        jax.block_until_ready(loop(n))
+        stop = time.perf_counter_ns()
+    finally:
+        gc.enable()
+    return (stop - start) / n / 1e3
+
+
+MIN_CALLS = 10  # per timed loop, however slow the call, so that one stall doesn't make a sample
+
+
+def _calls_per_loop(loop: Callable[[int], object], target_s: float) -> int:
+    """Calls that make one loop last about target_s (timeit's autorange, scaled)."""
+    n = 1
+    while True:
+        total_s = _time(loop, n) * n / 1e6
+        if total_s >= target_s / 5 or n >= 10**6:
+            return max(MIN_CALLS, round(n * target_s / total_s))
+        n *= 4
+
+
+def _difference(expected, got, flat: bool = False, label: str = "output") -> str:
+    """How got differs from jax.jit's expected output; "" when it doesn't.
+    flat: got is a flat list of leaves (the raw runner's result)."""
+    paths_leaves, tree = jax.tree_util.tree_flatten_with_path(expected)
+    if flat:
+        got_leaves = list(got)
+        if len(got_leaves) != len(paths_leaves):
+            return f"{len(got_leaves)} {label} leaves, jax.jit gives {len(paths_leaves)}"
+    else:
+        got_leaves, got_tree = jax.tree_util.tree_flatten(got)
+        if got_tree != tree:
+            return f"{label} tree {got_tree}, jax.jit gives {tree}"
+    for (path, e), g in zip(paths_leaves, got_leaves):
+        where = f"{label}{jax.tree_util.keystr(path)}"
+        if not isinstance(g, jax.Array):
+            return f"{where} is a {type(g).__name__}, jax.jit gives a jax.Array"
+        e_aval, g_aval = jax.typeof(e), jax.typeof(g)
+        for attr in ("shape", "dtype", "weak_type"):
+            if getattr(e_aval, attr) != getattr(g_aval, attr):
+                return f"{where} {attr} {getattr(g_aval, attr)}, jax.jit gives {getattr(e_aval, attr)}"
+        if g.sharding != e.sharding:
+            return f"{where} sharding {g.sharding}, jax.jit gives {e.sharding}"
+        if not np.array_equal(_values(g), _values(e), equal_nan=True):
+            return f"{where} values differ from jax.jit's"
+    return ""
+
+
+def _values(x: jax.Array) -> np.ndarray:
+    if jax.numpy.issubdtype(x.dtype, jax.dtypes.prng_key):
+        x = jax.random.key_data(x)
+    return np.asarray(x)
