@@ -5,6 +5,7 @@ module, so that a jax upgrade breaks in one place, loudly, under
 tests/unit/test_compile.py.  Supported: jax 0.10.x (pinned in pyproject.toml).
 
 Private names used, all read here only:
+  jax._src.api.jit                        jax.jit itself, even while jax.jit is patched
   jax._src.tree_util._registry            Python-side pytree registry (type -> to_iter, from_iter)
   jax._src.array.ArrayImpl                the concrete jax Array type
   ArrayImpl._sharding, ArrayImpl._committed
@@ -32,6 +33,7 @@ from typing import NamedTuple
 
 import jax
 import numpy as np
+from jax._src import api as _api
 from jax._src import array as _array
 from jax._src import config as _config
 from jax._src import core as _core
@@ -40,6 +42,10 @@ from jax._src.random import prng as _prng
 from jax._src import tree_util as _tree_util
 from jax._src.interpreters import pxla as _pxla
 from jax._src.lib import _jax as _xc
+
+# jax's own jit: the slow path and the compiler.  Read from jax._src so that
+# `python -m fastdispatch` patching the public ``jax.jit`` never loops back here.
+jax_jit = _api.jit
 
 # The concrete types the fast path reads directly.
 ARRAY_TYPE = _array.ArrayImpl

@@ -6,7 +6,8 @@ One call, as data flows (docs/architecture.md):
   2. flatten    dynamic args -> leaves + TreeDef
   3. signature  the previous call's entry if everything matches by identity,
                 else a CallSignature looked up in our part of the shared LRU
-  4. miss       one thread compiles via jax.jit(fun).lower(...).compile();
+  4. miss       one thread runs the call through jax.jit, then takes its
+                executable from jax.jit(fun).lower(...).compile();
                 the others wait on the entry's event
   5. execute    execute_sharded(leaves).consume_with_handlers(out_handlers)
   6. unflatten  the output tree; post hook; trace event
@@ -19,7 +20,6 @@ import inspect
 import threading
 import types
 
-import jax
 
 from cpython.list cimport PyList_GET_SIZE
 
@@ -137,7 +137,7 @@ cdef class CompiledFunction:
             raise TypeError(
                 f"jit: cache must be a fastdispatch.CompiledFunctionCache, got {cache!r}")
         # jax.jit validates fun and every option, with its own messages.
-        self._jitted = jax.jit(fun, **options)
+        self._jitted = _compile.jax_jit(fun, **options)
         self.fun = fun
         self._options = options
         self._cache = default_cache() if cache is None else cache
