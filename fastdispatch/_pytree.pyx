@@ -29,7 +29,7 @@ cimport cython
 from cpython.dict cimport PyDict_GetItem, PyDict_Next, PyDict_SetItem, PyDict_Size
 from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE, PyList_New, PyList_SET_ITEM
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
-from cpython.object cimport PyObject, PyObject_Call
+from cpython.object cimport Py_EQ, PyObject, PyObject_Call, PyObject_RichCompareBool
 from cpython.ref cimport Py_INCREF
 from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE, PyTuple_New, PyTuple_SET_ITEM
 from cpython.unicode cimport PyUnicode_Compare
@@ -493,21 +493,24 @@ cdef TreeDef _EMPTY_DICT_DEF = _new_node(NODE_DICT, dict, _new_dict_keys((), ())
 
 cdef inline Py_ssize_t _dict_slot(PyObject* first_key, Py_ssize_t n):
     cdef Py_uhash_t h
-    if type(<object>first_key) is str:
-        h = <Py_uhash_t>hash(<object>first_key)  # cached in the str object
+    if type(<object>first_key) is str or type(<object>first_key) is int:
+        h = <Py_uhash_t>hash(<object>first_key)  # cached in a str; cheap for an int
     else:
         h = (<Py_uhash_t>first_key) >> 4
     return <Py_ssize_t>((h ^ (<Py_uhash_t>n * XXPRIME_5)) & (DICT_SLOTS - 1))
 
 
 cdef inline bint _same_key(PyObject* cached, PyObject* key):
-    """The same key object, or an equal str (keys rebuilt each call, e.g. f-strings).
-    Other equal-but-distinct keys (1 and 1.0) do not match: unflatten must give
-    back the caller's own key objects."""
+    """The same key object, or an equal str or int (keys rebuilt each call, e.g.
+    f-strings): indistinguishable but for their address. Other equal keys (1 and
+    1.0, or user objects) do not match: unflatten gives back keys of the same
+    type and value as the caller's, and no user __eq__ runs here."""
     if cached == key:
         return True
     if type(<object>cached) is str and type(<object>key) is str:
         return PyUnicode_Compare(<object>cached, <object>key) == 0
+    if type(<object>cached) is int and type(<object>key) is int:
+        return PyObject_RichCompareBool(<object>cached, <object>key, Py_EQ) == 1
     return False
 
 

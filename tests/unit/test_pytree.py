@@ -95,6 +95,11 @@ def test_dict_keys_made_anew_each_call_still_match():
     assert next(iter(first)) is not next(iter(second))
     assert treedef(first) == treedef(second)
     assert flatten(first)[0] == flatten(second)[0] == jtu.tree_leaves(first)
+    # Large ints are new objects each time too.
+    ints = lambda: {10**6 + i: i for i in range(10, 0, -1)}  # noqa: E731
+    assert next(iter(ints())) is not next(iter(ints()))
+    assert flatten(ints()) == flatten(ints())
+    assert flatten(ints())[0] == list(range(1, 11)) == jtu.tree_leaves(ints())
 
 
 def test_equal_but_distinct_dict_keys_keep_their_own_objects():
