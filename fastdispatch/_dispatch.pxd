@@ -1,5 +1,6 @@
 # The jitted function object and its hot path.
 from fastdispatch._cache cimport CacheEntry, CompiledFunctionCache, FunctionCache
+from fastdispatch._signature cimport CallSignature
 
 cdef class CompiledFunction:
     cdef readonly object fun               # the Python function being jitted
@@ -13,6 +14,7 @@ cdef class CompiledFunction:
     cdef bint _donates                     # any donated argument at all
     cdef tuple _dynamic_arg_names          # positional parameter names minus static ones
     cdef CacheEntry _last                  # entry of the previous call: the guard's guess
+    cdef CallSignature _last_signature     # that call's own signature: the objects it held
     cdef dict __dict__                     # as functools.wraps fills it
     cdef object __weakref__
 

@@ -183,8 +183,11 @@ cdef class CompiledFunction:
         cdef CallSignature signature
         cdef list keys
         cdef LeafStatus status
+        # The guard compares with the previous call's own objects, not the
+        # entry's: a training loop feeds back outputs whose avals differ (by
+        # identity) from those of the arrays it was first called with.
         if (entry is not None and not entry.evicted
-                and entry.signature.matches_call(treedef, leaves, static_args, context)):
+                and self._last_signature.matches_call(treedef, leaves, static_args, context)):
             if tracing:
                 signed = found = _now_ns()
         else:
@@ -226,6 +229,7 @@ cdef class CompiledFunction:
             if tracing:
                 found = _now_ns()
             self._last = entry
+            self._last_signature = signature
 
         self._entries.touch(entry)
         out = entry.run(leaves)
@@ -293,6 +297,7 @@ cdef class CompiledFunction:
         entry.done.set()
         if entry.slow_reason is None:
             self._last = entry
+            self._last_signature = entry.signature
         if _trace_sink is not None:
             now = _now_ns()
             _trace_sink.record(
