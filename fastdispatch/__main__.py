@@ -135,13 +135,15 @@ def start_tracing(options):
     # (`fastdispatch.trace` is the trace() function: import from the module.)
     from fastdispatch.trace import start, stop
     t = start()
+    # Resolved now: the program may change directory.
+    trace_out = os.path.abspath(options.trace_out) if options.trace_out else None
 
     def finish():
         stop(t)
         if options.trace:
             sys.stderr.write("\n" + t.report())
-        if options.trace_out:
-            t.save(options.trace_out)
+        if trace_out:
+            t.save(trace_out)
             sys.stderr.write(f"{PROG}: wrote {options.trace_out} (open it in ui.perfetto.dev)\n")
         sys.stderr.flush()
 
@@ -189,9 +191,10 @@ def run_file(script):
 
 def program_frames(tb):
     """Drop the leading frames of this module and of runpy from a traceback,
-    so that it reads as python's own: it starts in the program."""
+    so that it reads as python's own: it starts in the program (and is empty
+    for a SyntaxError in the script, which python shows without frames)."""
     launcher = (__file__, runpy.__file__, "<frozen runpy>")
-    while tb is not None and tb.tb_next is not None and tb.tb_frame.f_code.co_filename in launcher:
+    while tb is not None and tb.tb_frame.f_code.co_filename in launcher:
         tb = tb.tb_next
     return tb
 

@@ -164,6 +164,7 @@ class Trace:
         self._keys = {}                       # id(compiled function) -> ((name, location), weakref)
         self._thread_names = {}
         self._fold_lock = threading.Lock()
+        self._cwd = os.getcwd()               # locations are shown relative to it
         self.start_ns = time.perf_counter_ns()
         self.end_ns = None
 
@@ -238,7 +239,7 @@ class Trace:
         entry = self._keys.get(fn_id)
         if entry is not None and entry[1]() is fn:
             return entry[0]
-        name, location = _name_and_location(fn)
+        name, location = _name_and_location(fn, self._cwd)
         key = (name, location)
         if key not in self._functions:
             self._functions[key] = FunctionStats(name, location)
@@ -315,7 +316,7 @@ def _label(stats):
     return f"{stats.name} ({stats.location})"
 
 
-def _name_and_location(fn):
+def _name_and_location(fn, cwd):
     name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or repr(fn)
     target = inspect.unwrap(getattr(fn, "__wrapped__", fn))
     while isinstance(target, functools.partial):
@@ -323,12 +324,12 @@ def _name_and_location(fn):
     code = getattr(target, "__code__", None)
     if code is None:
         return name, "?"
-    return name, f"{_short_path(code.co_filename)}:{code.co_firstlineno}"
+    return name, f"{_short_path(code.co_filename, cwd)}:{code.co_firstlineno}"
 
 
-def _short_path(filename):
+def _short_path(filename, cwd):
     try:
-        relative = os.path.relpath(filename)
+        relative = os.path.relpath(filename, cwd)
     except ValueError:                      # another drive on Windows
         return filename
     return filename if relative.startswith("..") else relative
@@ -443,7 +444,7 @@ OVERHEAD_NOTE = (
 def format_report(functions, wall_ns):
     calls = sum(s.calls for s in functions)
     lines = [
-        f"fastdispatch trace: {calls} calls of {len(functions)} functions "
+        f"fastdispatch trace: {_count(calls, 'call')} of {_count(len(functions), 'function')} "
         f"in {wall_ns / 1e9:.3f} s wall"
     ]
     if not functions:
@@ -481,6 +482,10 @@ def format_report(functions, wall_ns):
                 lines.append(f"  {_label(s)}: {s.recompiles_dropped} more recompiles not shown")
     lines += ["", OVERHEAD_NOTE]
     return "\n".join(lines) + "\n"
+
+
+def _count(n, noun):
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
 def _table(rows, right_aligned):
@@ -623,8 +628,7 @@ def assert_max_compiles(n):
 def compile_count_message(offenders, n):
     lines = []
     for s in offenders:
-        times = "time" if s.compiles == 1 else "times"
-        lines.append(f"{_label(s)} compiled {s.compiles} {times} (at most {n} allowed)")
+        lines.append(f"{_label(s)} compiled {_count(s.compiles, 'time')} (at most {n} allowed)")
         first = s.first_signature
         if first is not None:
             described = [f"{path}: {text}" for path, text in first["args"]]

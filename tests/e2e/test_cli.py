@@ -220,6 +220,13 @@ def test_sys_exit_passes_its_code_through_and_the_missing_script_message(tmp_pat
     assert result.returncode == 3
     assert "double (prog.py:" in result.stderr
 
+    write(tmp_path / "syntax.py", "x = (\n")
+    syntax = run_cli(tmp_path, "syntax.py")
+    assert syntax.returncode == 1
+    assert syntax.stderr == (
+        f'  File "{tmp_path / "syntax.py"}", line 1\n    x = (\n        ^\n'
+        "SyntaxError: '(' was never closed\n")
+
     missing = run_cli(tmp_path, "--trace", "nope.py")
     assert missing.returncode == 2
     assert missing.stderr.endswith(

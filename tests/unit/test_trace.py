@@ -136,6 +136,12 @@ def test_report_has_a_row_per_function_and_explains_recompiles():
     assert "overhead: time of a call outside its executable launch" in text
 
 
+def test_one_call_is_told_in_the_singular():
+    t = Trace()
+    call(t, F, SIG4)
+    assert "1 call of 1 function in" in t.report()
+
+
 def test_empty_report():
     assert "no compiled function was called" in Trace().report()
 
