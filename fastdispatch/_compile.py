@@ -233,7 +233,7 @@ def python_scalar_aval(scalar_type, context: tuple):
     """The aval jax gives a Python scalar of this type under this trace context."""
     x64 = dict(zip(trace_context_names(), context)).get("jax_enable_x64", False)
     with jax.enable_x64(bool(x64)):
-        return _core.get_aval(scalar_type())
+        return jax.typeof(scalar_type())
 
 
 def shaped_aval(shape, dtype):
