@@ -1,5 +1,6 @@
 # The pytree layer's interface for the layers above it (signature, dispatch).
 # Leaf order, structure and equality are jax.tree_util's.
+cimport cython
 
 cdef enum NodeKind:
     NODE_LEAF = 0          # not a container: an array, a scalar, anything unregistered
@@ -13,6 +14,7 @@ cdef enum NodeKind:
                            # walked by getattr with no Python call (its TreeDefs are CUSTOM)
 
 
+@cython.final
 cdef class DictKeys:
     """The keys of one dict shape, in the dict's order and in jax's (sorted) order."""
     cdef tuple insertion            # keys in the dict's own (insertion) order
@@ -23,6 +25,7 @@ cdef class DictKeys:
     cdef TreeDef memo               # the last dict node built with these keys
 
 
+@cython.final
 cdef class NodeType:
     """What flatten needs to know about one Python type, looked up once per type."""
     cdef int kind                   # NODE_LEAF, NODE_NAMEDTUPLE, NODE_CUSTOM or NODE_DATACLASS
@@ -35,6 +38,7 @@ cdef class NodeType:
     cdef dict memos                 # aux data (atoms only) -> the last node built with it
 
 
+@cython.final
 cdef class TreeDef:
     cdef readonly Py_ssize_t num_leaves    # leaves below (and at) this node
     cdef readonly Py_ssize_t num_nodes     # nodes below (and at) this node, jax's count
@@ -48,7 +52,7 @@ cdef class TreeDef:
                                            # a memo may keep it without keeping anything alive
     cdef object __weakref__                # lets tests check that TreeDefs are freed
 
-    cdef bint same_as(self, TreeDef other)     # fast equality: identity, hash, then structure
+    cdef bint same_as(self, TreeDef other) except -1   # fast equality: identity, hash, then structure
     cpdef object unflatten(self, object leaves)
     cdef object _build(self, list leaves, Py_ssize_t* index)
 

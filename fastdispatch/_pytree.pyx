@@ -89,7 +89,7 @@ cdef class TreeDef:
     def __init__(self, *args, **kwargs):
         raise TypeError("TreeDef cannot be created directly; use fastdispatch._pytree.flatten(tree)")
 
-    cdef bint same_as(self, TreeDef other):
+    cdef bint same_as(self, TreeDef other) except -1:
         cdef Py_ssize_t i, n
         if self is other:
             return True
