@@ -245,8 +245,11 @@ class Trace:
             self._functions[key] = FunctionStats(name, location)
         # A weak reference, dropped with the function: a jit inside a loop
         # makes a new function per call, and the trace must not keep them all.
+        # (The callback holds the dict, not the trace: a long-lived function
+        # must not keep a finished trace and its calls alive.)
+        keys = self._keys
         try:
-            ref = weakref.ref(fn, lambda _: self._keys.pop(fn_id, None))
+            ref = weakref.ref(fn, lambda _: keys.pop(fn_id, None))
         except TypeError:
             ref = lambda: fn            # not weakly referenceable: hold it
         self._keys[fn_id] = (key, ref)

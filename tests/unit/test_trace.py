@@ -280,6 +280,19 @@ def test_the_trace_keeps_no_compiled_function_alive():
     assert row["calls"] == tracing._FOLD_EVERY
 
 
+def test_a_live_function_keeps_no_finished_trace_alive():
+    import gc
+    import weakref
+
+    t = Trace()
+    call(t, F, SIG4)
+    t.report()
+    finished = weakref.ref(t)
+    del t
+    gc.collect()
+    assert finished() is None
+
+
 # -- the public API (through a fake sink setter) -----------------------------------
 
 @pytest.fixture
