@@ -286,6 +286,10 @@ cdef class CompiledFunction:
             entry.compile_error = error
             self._entries.remove(entry)
             entry.done.set()
+            if _trace_sink is not None:
+                now = _now_ns()
+                _trace_sink.record(self, (start, start, began, began, now, now), False,
+                                   now - began, "compile_error", entry.signature)
             raise
         cdef long long compiled_at = _now_ns()
         try:
@@ -310,11 +314,14 @@ cdef class CompiledFunction:
     cdef object _slow(self, tuple args, dict kwargs, str reason, long long start,
                       object signature):
         """jax.jit runs the call: transformations, conversions, effects."""
-        out = self._jitted(*args, **kwargs)
-        if _trace_sink is not None:
-            now = _now_ns()
-            _trace_sink.record(self, (start, now, now, now, now, now), False, 0,
-                               reason, signature)
+        try:
+            out = self._jitted(*args, **kwargs)
+        finally:
+            # Recorded also when jax raises: the report counts the hand-off.
+            if _trace_sink is not None:
+                now = _now_ns()
+                _trace_sink.record(self, (start, now, now, now, now, now), False, 0,
+                                   reason, signature)
         if _global_post_hook is not None or _thread_post_hooks:
             _call_post_hook(self, args, kwargs, out)
         return out

@@ -1,0 +1,180 @@
+"""fastdispatch._dispatch: what the fast path takes, what it hands to jax, and why."""
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import fastdispatch
+from fastdispatch import _dispatch
+
+
+class RecordingSink:
+    """Collects (fallback reason, hit) per call from the dispatcher's trace hook."""
+
+    def __init__(self):
+        self.calls = []
+
+    def record(self, fn, times, hit, compile_ns, fallback, signature):
+        assert len(times) == 6 and list(times) == sorted(times)
+        self.calls.append((fn.__name__, hit, fallback, signature))
+
+
+@pytest.fixture
+def sink():
+    recording = RecordingSink()
+    _dispatch.set_trace_sink(recording)
+    yield recording
+    _dispatch.set_trace_sink(None)
+
+
+def reasons(sink):
+    return [fallback for _, _, fallback, _ in sink.calls]
+
+
+def test_hits_stay_on_the_fast_path(sink):
+    @fastdispatch.jit
+    def add(x, y):
+        return x + y
+
+    x = jnp.ones(3)
+    for _ in range(3):
+        add(x, x)
+    assert [(hit, fallback) for _, hit, fallback, _ in sink.calls] == [
+        (False, None), (True, None), (True, None)]
+
+
+def test_fed_back_outputs_hit_after_a_first_call_with_other_avals(sink):
+    step = fastdispatch.jit(lambda p: jax.tree.map(lambda a: a * 0.5, p))
+    params = {"w": jnp.ones((2, 2)), "b": jnp.ones(2)}
+    for _ in range(4):
+        params = step(params)
+    assert reasons(sink) == [None] * 4 and step._cache_size() == 1
+    np.testing.assert_array_equal(params["b"], np.full(2, 1 / 16))
+
+
+def test_transformations_and_configs_go_to_jax(sink):
+    f = fastdispatch.jit(lambda x: jnp.sin(x) * 2)
+    x = jnp.ones(2)
+    f(x)
+    jax.grad(lambda v: f(v).sum())(x)
+    with jax.disable_jit():
+        f(x)
+    jax.jit(lambda v: f(x) + v)(1.0)   # a closed-over concrete array inside a trace
+    assert reasons(sink)[1:] == ["tracer", "disable_jit", "tracer"]
+    assert f._cache_size() == 1
+
+
+def test_numpy_arguments_are_run_by_jax_and_still_cached(sink):
+    f = fastdispatch.jit(lambda x: x * 2)
+    for _ in range(2):
+        out = f(np.arange(3, dtype=np.float32))
+    np.testing.assert_array_equal(out, np.array([0.0, 2.0, 4.0]))
+    assert reasons(sink) == ["numpy arguments"] * 2 and f._cache_size() == 1
+
+
+def test_effects_are_run_by_jax(sink, capfd):
+    f = fastdispatch.jit(lambda x: jax.debug.print("x={}", x) or x + 1)
+    f(jnp.float32(1))
+    f(jnp.float32(2))
+    jax.effects_barrier()
+    assert reasons(sink) == ["effects", "effects"]
+    assert capfd.readouterr().out.split() == ["x=1.0", "x=2.0"]
+
+
+def test_unhashable_static_argument_gets_jax_error(sink):
+    f = fastdispatch.jit(lambda x, opts: x, static_argnums=1)
+    with pytest.raises(ValueError, match="Non-hashable static arguments are not supported"):
+        f(jnp.ones(1), ["not", "hashable"])
+    assert reasons(sink) == ["static_argument_error"]
+
+
+@pytest.mark.parametrize("value", [0.0, -0.0, 1.5, -1.5, math.inf, 7, True, 2j])
+def test_python_scalars_convert_exactly(value):
+    f = fastdispatch.jit(lambda x, s: x * 0 + s)
+    g = jax.jit(lambda x, s: x * 0 + s)
+    x = jnp.zeros(())
+    for scalar in (value, value, -value if not isinstance(value, bool) else value):
+        got, want = f(x, scalar), g(x, scalar)
+        assert got.dtype == want.dtype and got.weak_type == want.weak_type
+        assert np.array_equal(got, want) and math.copysign(1, got.real) == math.copysign(1, want.real)
+
+
+def test_zero_and_negative_zero_are_not_confused():
+    f = fastdispatch.jit(lambda s: 1.0 / s)
+    assert f(0.0) == math.inf and f(-0.0) == -math.inf and f(0.0) == math.inf
+
+
+def test_int_too_large_for_int32_gets_jax_error(sink):
+    f = fastdispatch.jit(lambda s: s + 1)
+    f(1)
+    with pytest.raises(OverflowError) as ours:
+        f(2**40)
+    with pytest.raises(OverflowError) as theirs:
+        jax.jit(lambda s: s + 1)(2**40)
+    assert str(ours.value) == str(theirs.value)
+
+
+def test_donating_function_converts_scalars_every_call():
+    f = fastdispatch.jit(lambda x, s: (x + s, s * 2), donate_argnums=(0, 1))
+    for i in range(3):
+        x = jnp.ones(2)
+        out, doubled = f(x, 3.0)
+        assert float(doubled) == 6.0 and float(out[0]) == 4.0
+
+
+def test_signature_describes_arguments_by_name(sink):
+    @fastdispatch.jit
+    def step(params, lr, *, batch):
+        return params
+
+    step({"w": jnp.ones((2, 3))}, 0.1, batch=jnp.ones(4, jnp.int32))
+    described = sink.calls[0][3].describe()
+    assert described["args"] == [
+        ("params['w']", "f32[2,3]"), ("lr", "f32[]{weak}"), ("batch", "i32[4]")]
+    context = dict(described["context"])
+    assert context["jax_enable_x64"] == "False"
+
+
+def test_static_arguments_in_signature(sink):
+    f = fastdispatch.jit(lambda x, mode: x, static_argnames="mode")
+    f(jnp.ones(1), mode="train")
+    f(jnp.ones(1), mode="eval")
+    assert [call[3].describe()["static"] for call in sink.calls] == [
+        [("mode", "'train'")], [("mode", "'eval'")]]
+    assert f._cache_size() == 2
+
+
+def test_negative_static_argnums_count_from_the_end():
+    f = fastdispatch.jit(lambda x, n: x * n, static_argnums=-1)
+    assert float(f(jnp.float32(2), 3)) == 6.0
+    assert float(f(jnp.float32(2), 4)) == 8.0
+    assert f._cache_size() == 2
+
+
+def test_post_hook_global_and_thread_local():
+    seen = []
+    f = fastdispatch.jit(lambda x: x + 1)
+    fastdispatch.set_post_hook(lambda fn, args, kwargs, out: seen.append(("global", args)))
+    try:
+        f(1.0)
+        fastdispatch.set_post_hook(lambda fn, args, kwargs, out: seen.append(("local", args)),
+                                   thread_local=True)
+        f(2.0)
+    finally:
+        fastdispatch.set_post_hook(None, thread_local=True)
+        fastdispatch.set_post_hook(None)
+    f(3.0)
+    assert seen == [("global", (1.0,)), ("local", (2.0,))]
+    with pytest.raises(TypeError, match="set_post_hook: hook must be callable"):
+        fastdispatch.set_post_hook(42)
+
+
+def test_compile_errors_are_recorded_and_leave_no_entry(sink):
+    f = fastdispatch.jit(lambda x: x.reshape(7))
+    for _ in range(2):
+        with pytest.raises(TypeError):
+            f(jnp.ones(3))
+    assert reasons(sink) == ["compile_error", "compile_error"]
+    assert f._cache_size() == 0
