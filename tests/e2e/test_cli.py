@@ -129,7 +129,7 @@ def test_report_explains_each_recompile(recompiles):
 
 def test_trace_file_is_chrome_trace_json(recompiles):
     result, path = recompiles
-    assert f"wrote out.json" in result.stderr
+    assert "python -m fastdispatch: wrote out.json" in result.stderr
     data = json.loads(path.read_text())
     events = data["traceEvents"]
     assert isinstance(events, list)
@@ -140,7 +140,8 @@ def test_trace_file_is_chrome_trace_json(recompiles):
         assert e["dur"] >= 0
         assert isinstance(e["pid"], int) and isinstance(e["tid"], int)
     names = {e["name"] for e in spans}
-    assert {"scale", "scale: launch", "scale: compile", "step: compile", "update"} <= names
+    assert {"scale", "scale: launch", "scale: compile", "step: compile", "update",
+            "scale: jax.jit (tracer)", "scale: jax.jit (disable_jit)"} <= names
     assert sum(e["name"] == "scale" for e in spans) == 6
     threads = [e for e in events if e["ph"] == "M" and e["name"] == "thread_name"]
     assert [t["args"]["name"] for t in threads] == ["MainThread"]
