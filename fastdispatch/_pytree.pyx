@@ -35,7 +35,7 @@ from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE, PyTuple_New, PyTu
 from cpython.unicode cimport PyUnicode_Compare
 from libc.stdlib cimport bsearch, qsort
 
-from fastdispatch._compile import pytree_registry
+from fastdispatch._compile import dataclass_fields as _dataclass_fields, pytree_registry
 
 cdef extern from "Python.h":
     ctypedef size_t Py_uhash_t
@@ -340,33 +340,6 @@ cdef NodeType _classify_type(type t):
         _node_types.clear()
     _node_types[t] = info
     return info
-
-
-def _dataclass_fields(to_iter):
-    """``(data_fields, meta_fields)`` when ``to_iter`` is the flatten function that
-    ``jax.tree_util.register_dataclass`` made, else None.
-
-    jax flattens such types in C++ by getattr; calling its Python flatten function
-    instead costs ~1 us per node, so we read the two field tuples it closes over.
-    The first instance of each type is checked against ``to_iter`` itself
-    (``_check_dataclass``), and any difference falls back to calling ``to_iter``.
-    """
-    if getattr(to_iter, "__qualname__", None) != "register_dataclass.<locals>.flatten_func":
-        return None
-    code = getattr(to_iter, "__code__", None)
-    closure = getattr(to_iter, "__closure__", None)
-    if code is None or closure is None or len(code.co_freevars) != len(closure):
-        return None
-    try:
-        cells = {name: cell.cell_contents for name, cell in zip(code.co_freevars, closure)}
-    except ValueError:  # an empty cell
-        return None
-    data, meta = cells.get("data_fields"), cells.get("meta_fields")
-    if type(data) is not tuple or type(meta) is not tuple:
-        return None
-    if not all(type(name) is str for name in data + meta):
-        return None
-    return data, meta
 
 
 cdef bint _check_dataclass(NodeType info, object tree, tuple children, tuple aux) except -1:

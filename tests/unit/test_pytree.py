@@ -171,18 +171,6 @@ def test_dataclass_nodes_and_their_static_fields():
     assert treedef(treecases.Layer(1, 2, "a")).leaf_paths() == [".w", ".b"]
 
 
-def test_dataclass_fast_path_recognises_jax_register_dataclass():
-    # The getattr walk reads the field names from register_dataclass's flatten
-    # function; if jax changes that function, this fails (and dataclasses would
-    # silently take the ~1 us/node Python path instead).
-    from fastdispatch._compile import pytree_registry
-
-    registry = pytree_registry()
-    assert _pytree._dataclass_fields(registry[treecases.Pair].to_iter) == (("x", "y"), ("op",))
-    assert _pytree._dataclass_fields(registry[treecases.Layer].to_iter) == (("w", "b"), ("name",))
-    assert _pytree._dataclass_fields(registry[treecases.Box].to_iter) is None
-
-
 def test_dataclass_whose_fields_are_not_plain_attributes_still_matches_jax():
     # A data field read through a property returns a new list each time: the
     # getattr fast path is checked against jax's flatten function and gives way.
