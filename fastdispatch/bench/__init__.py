@@ -17,6 +17,7 @@ import datetime
 import os
 import platform
 import shlex
+import subprocess
 import sys
 
 import jax
@@ -26,8 +27,8 @@ from .dispatch import WORKLOADS
 from .runner import FASTDISPATCH, EQUINOX, implementations, run_workload
 
 # (repeats, seconds per timed loop): full and --quick.
-FULL = (15, 0.1)
-QUICK = (5, 0.015)
+FULL = (21, 0.05)
+QUICK = (7, 0.025)
 GROUPS = {"dispatch": [w.name for w in WORKLOADS], "pytree": []}
 
 
@@ -97,10 +98,13 @@ def metadata(command: str, impls, repeats: int, target_s: float) -> dict:
     import numpy
 
     status = {impl.name: impl.unavailable or "available" for impl in impls}
+    commit = _git_commit() if status[FASTDISPATCH] == "available" else ""
+    if commit:
+        status[FASTDISPATCH] = f"available (git {commit})"
     if status[EQUINOX] == "available":
         import equinox
 
-        status[EQUINOX] = f"{equinox.__version__}"
+        status[EQUINOX] = equinox.__version__
     return {
         "command": command,
         "date_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
@@ -128,6 +132,16 @@ def cpu_model() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine()
+
+
+def _git_commit() -> str:
+    """The commit of the fastdispatch checkout being measured, when it is one."""
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=os.path.dirname(__file__),
+                             capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return out.stdout.strip() if out.returncode == 0 else ""
 
 
 def _request_cpu_devices(n: int) -> None:

@@ -226,7 +226,8 @@ WORKLOADS = [
         "adam_step", "Adam step, outputs fed back", adam_step, _adam_args,
         loop=adam_fed_back,
         equinox="filter_jit makes step: int static: a compile every call",
-        note="adam_step(params, opt_state, batch, step: int, lr: float); raw limit runs the first call's inputs every time",
+        note="adam_step(params, opt_state, batch, step: int, lr: float); "
+        "raw limit runs the first call's inputs every time",
     ),
     Workload(
         "kwargs_static", "keyword args, static_argnames='mode'", combine, _kwargs_args,

@@ -12,6 +12,7 @@ Fairness rules, all here:
 """
 from __future__ import annotations
 
+import collections
 import contextlib
 import dataclasses
 import gc
@@ -42,13 +43,13 @@ def implementations() -> list[Impl]:
     try:
         from fastdispatch import jit as fd_jit
     except Exception as e:  # the dispatcher may not be built yet
-        impls.append(Impl(FASTDISPATCH, None, f"fastdispatch.jit unavailable ({type(e).__name__}: {e})"))
+        impls.append(Impl(FASTDISPATCH, None, f"unavailable ({type(e).__name__}: {e})"))
     else:
         impls.append(Impl(FASTDISPATCH, lambda w: fd_jit(w.fun, **w.jit_options)))
     try:
         import equinox
     except ImportError:
-        impls.append(Impl(EQUINOX, None, "equinox not installed"))
+        impls.append(Impl(EQUINOX, None, "not installed"))
     else:
         impls.append(Impl(EQUINOX, lambda w: equinox.filter_jit(w.fun)))
     return impls
@@ -61,6 +62,7 @@ class Result:
     samples: dict = dataclasses.field(default_factory=dict)  # impl -> [us per call, one per repeat]
     skipped: dict = dataclasses.field(default_factory=dict)  # impl -> why it has no timing
     error: str = ""  # why the whole row has no timing
+    fallbacks: dict = dataclasses.field(default_factory=dict)  # fastdispatch.trace: reason -> calls of FED_BACK_CALLS
 
     def median(self, name: str) -> float | None:
         return statistics.median(self.samples[name]) if name in self.samples else None
@@ -118,6 +120,8 @@ def run_workload(w: Workload, impls: list[Impl], repeats: int, target_s: float) 
             result.skipped[impl.name] = why
         else:
             loops[impl.name] = _bind(w, fn, context)
+            if impl.name == FASTDISPATCH and not w.traced:
+                result.fallbacks = _fallbacks(w, fn)
     try:
         run = _raw_runner(w)
         why = _difference(expected[0], run(), flat=True)
@@ -157,6 +161,21 @@ def _outputs(w: Workload, fn: Callable, context: Callable | None = None) -> tupl
         args, kwargs = w.make_args()
         last = w.loop(fn, args, kwargs, FED_BACK_CALLS)[1]
     return first, last
+
+
+def _fallbacks(w: Workload, fn: Callable) -> dict:
+    """Why fastdispatch left its fast path, by reason: calls out of FED_BACK_CALLS (after
+    the checks, so compiled already), as fastdispatch.trace counts them."""
+    trace = _trace_context()
+    if trace is None:
+        return {}
+    with trace() as t:
+        args, kwargs = w.make_args()
+        w.loop(fn, args, kwargs, FED_BACK_CALLS)
+    counts = collections.Counter()
+    for stats in t.stats().values():
+        counts.update(stats.get("fallbacks", {}))
+    return dict(counts)
 
 
 def _why_not(w: Workload, impl: Impl) -> str:

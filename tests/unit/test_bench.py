@@ -67,6 +67,12 @@ def test_main_quick_with_json(tmp_path, capsys):
     assert data["metadata"]["jax"] == jax.__version__
 
 
+def test_only_selects_workloads_and_groups():
+    assert bench.select("pytree") == ([], True)
+    workloads, pytree_group = bench.select("identity,dispatch")
+    assert [w.name for w in workloads] == [w.name for w in WORKLOADS] and not pytree_group
+
+
 def test_unknown_workload_is_refused():
     with pytest.raises(ValueError, match="unknown workload"):
         bench.select("no_such_workload")
