@@ -168,7 +168,7 @@ class Trace:
         self.start_ns = time.perf_counter_ns()
         self.end_ns = None
 
-    # -- the hook (hot: ~0.3 us a call) -----------------------------------
+    # -- the hook (hot: with the folding, ~0.7 us a call) ----------------
     def record(self, fn, times, hit, compile_ns, fallback, signature):
         tid = get_ident()
         if tid not in self._thread_names:     # named now: a thread may end before the fold
