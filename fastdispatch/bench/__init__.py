@@ -8,7 +8,7 @@ times, ``report.py`` prints and writes.  Options::
     --only NAMES   comma-separated workload names or groups (dispatch, pytree); --list shows them
     --json FILE    all rows, samples and metadata
     --plot FILE    a bar chart (needs matplotlib)
-    --quick        fewer, shorter repeats (~20 s instead of ~3 min)
+    --quick        fewer, shorter repeats (~10 s instead of ~1 min on an idle 2-core machine)
 """
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ def main(argv: list[str] | None = None, prog: str = "fastdispatch bench") -> int
     parser.add_argument("--only", metavar="NAMES", help="comma-separated workload names or groups")
     parser.add_argument("--json", metavar="FILE", help="write all rows and metadata as JSON")
     parser.add_argument("--plot", metavar="FILE", help="write a bar chart PNG (needs matplotlib)")
-    parser.add_argument("--quick", action="store_true", help="fewer, shorter repeats (~20 s)")
+    parser.add_argument("--quick", action="store_true", help="fewer, shorter repeats (~10 s)")
     parser.add_argument("--list", action="store_true", help="list workloads and groups, then exit")
     options = parser.parse_args(argv)
     if options.list:

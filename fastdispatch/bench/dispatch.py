@@ -53,10 +53,6 @@ class Workload:
     def blocking(self) -> bool:
         return self.loop is block_every_call
 
-    @property
-    def donated(self) -> bool:
-        return bool(self.jit_options.get("donate_argnums") or self.jit_options.get("donate_argnames"))
-
 
 def _vec(value, n=4):
     return jnp.full((n,), value, jnp.float32)

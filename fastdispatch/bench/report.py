@@ -31,13 +31,13 @@ def format_header(meta: dict) -> str:
 
 def format_table(results: list[Result], show_equinox: bool) -> str:
     impls = [JAX, FASTDISPATCH] + ([EQUINOX] if show_equinox else []) + [RAW]
-    head = ["workload", "calls", *impls, "fd/jax", "overhead"] + (["eqx/jax"] if show_equinox else [])
+    head = ["workload", "calls/loop", *impls, "fd/jax", "overhead"] + (["eqx/jax"] if show_equinox else [])
     rows = []
     notes = []
     for res in results:
         w = res.workload
         if res.error:
-            rows.append([w.title, "-"] + ["-"] * (len(head) - 2))
+            rows.append([w.title] + ["-"] * (len(head) - 1))
             notes.append(f"{w.name}: {res.error}")
             continue
         cells = [w.title, str(res.calls)]
@@ -126,6 +126,9 @@ def write_json(path: str, data: dict) -> None:
 
 def plot(results: list[Result], path: str) -> str:
     """Writes a bar chart of us per call; returns what it did, in one line."""
+    results = [res for res in results if not res.error]
+    if not results:
+        return "--plot: no dispatch rows to plot"
     try:
         import matplotlib
     except ImportError:
@@ -133,7 +136,6 @@ def plot(results: list[Result], path: str) -> str:
     matplotlib.use("Agg")  # no display needed
     import matplotlib.pyplot as plt
 
-    results = [res for res in results if not res.error]
     impls = [name for name in (JAX, FASTDISPATCH, EQUINOX, RAW) if any(name in r.samples for r in results)]
     fig, (left, right) = plt.subplots(1, 2, figsize=(13, 0.45 * len(results) + 1.5), sharey=True,
                                       gridspec_kw={"width_ratios": [3, 1]})
