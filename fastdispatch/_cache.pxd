@@ -10,6 +10,7 @@ cdef class CacheEntry:
     cdef object jax_out_treedef            # jax's PyTreeDef of the outputs
     cdef tuple kept                        # flat input indices the executable takes
     cdef bint takes_leaves_as_is           # every input kept, every leaf a plain Array
+    cdef bint single_output                # the output is one array, not a tree
     cdef dict scalar_inputs                # flat index -> _compile.ScalarInput
     cdef dict scalar_buffers               # (index, value) -> device array of a repeated scalar
     cdef bint reuse_scalar_buffers         # False when the function donates arguments
@@ -21,7 +22,7 @@ cdef class CacheEntry:
     cdef unsigned long long last_used      # LRU clock reading of the last hit
     cdef bint evicted                      # dropped from the cache: guards must not use it
 
-    cdef object run(self, list leaves)
+    cdef object run(self, object leaves)
     cdef object scalar_buffer(self, Py_ssize_t index, object value)
 
 

@@ -25,6 +25,7 @@ cdef object _ARRAY = _compile.ARRAY_TYPE
 cdef object _KEY_ARRAY = _compile.KEY_ARRAY_TYPE
 cdef object _key_array_buffer = _compile.key_array_buffer
 cdef object _put_scalar = _compile.put_scalar
+cdef object _consume = _compile.consume_with_handlers
 
 # CacheEntry.run's answer when jax.jit must take the call after all.
 DELEGATE = object()
@@ -125,6 +126,8 @@ cdef class CacheEntry:
         self.out_handlers = parts.out_handlers
         self.jax_out_treedef = parts.out_treedef
         self.out_treedef = _our_treedef(parts.out_treedef)
+        self.single_output = (self.out_treedef is not None and self.out_treedef.num_nodes == 1
+                              and self.out_treedef.num_leaves == 1)
         self.kept = parts.kept
         self.scalar_inputs = parts.scalar_inputs
         self.scalar_buffers = {}
@@ -132,19 +135,19 @@ cdef class CacheEntry:
             len(self.kept) == len(leaves)
             and all(type(leaf) is _ARRAY for leaf in leaves))
 
-    cdef object run(self, list leaves):
+    cdef object run(self, object leaves):
         """Execute on the call's flat leaves and rebuild the output tree.
 
         Returns DELEGATE when a Python scalar does not convert (an int too
         large for int32, say): jax.jit then raises its own error."""
-        cdef list buffers
+        cdef object buffers   # the leaves themselves (list or tuple), or a new list
         cdef Py_ssize_t i
         if self.takes_leaves_as_is:
             buffers = leaves
         else:
             buffers = []
             for i in self.kept:
-                leaf = <object>PyList_GET_ITEM(leaves, i)
+                leaf = leaves[i]
                 leaf_type = type(leaf)
                 if leaf_type is _ARRAY:
                     buffers.append(leaf)
@@ -156,9 +159,11 @@ cdef class CacheEntry:
                         return DELEGATE
                     buffers.append(leaf)
         try:
-            outputs = self.execute(buffers).consume_with_handlers(self.out_handlers)
+            outputs = _consume(self.execute(buffers), self.out_handlers)
         except _RuntimeError as error:
             raise _as_jit_error(error)
+        if self.single_output:
+            return <object>PyList_GET_ITEM(outputs, 0)
         if self.out_treedef is not None:
             return self.out_treedef.unflatten(outputs)
         return self.jax_out_treedef.unflatten(outputs)

@@ -19,6 +19,8 @@ cdef class CompiledFunction:
     cdef object __weakref__
 
     cdef tuple _split_static(self, tuple args, dict kwargs)
+    cdef object _run(self, CacheEntry entry, object leaves, tuple args, dict kwargs,
+                     long long start, long long flattened, long long keyed, long long found)
     cdef object _slow(self, tuple args, dict kwargs, str reason, long long start,
                       object signature)
     cdef object _compile_and_run(self, CacheEntry entry, tuple args, dict kwargs,
