@@ -121,6 +121,18 @@ def dataclass_fields(to_iter):
     return data, meta
 
 
+def array_descriptor(name: str):
+    """The descriptor behind ``ARRAY_TYPE``'s attribute ``name``; it must be a
+    data descriptor, so that reading it through its slot equals getattr."""
+    for klass in ARRAY_TYPE.__mro__:
+        if name in vars(klass):
+            descriptor = vars(klass)[name]
+            if not hasattr(type(descriptor), "__set__"):
+                raise TypeError(f"{ARRAY_TYPE.__name__}.{name} is not a data descriptor")
+            return descriptor
+    raise AttributeError(f"{ARRAY_TYPE.__name__} has no attribute {name!r}")
+
+
 def key_array_buffer(key):
     """The physical uint32 array behind a typed PRNG key: what the executable takes."""
     return key._base_array

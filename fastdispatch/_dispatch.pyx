@@ -20,8 +20,11 @@ import inspect
 import threading
 import types
 
+import numpy as np
+
 
 from cpython.list cimport PyList_GET_SIZE
+from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE
 
 from fastdispatch._pytree cimport TreeDef, flatten_into
 from fastdispatch._signature cimport (
@@ -98,14 +101,19 @@ cdef inline object _current_post_hook():
 
 
 cdef object _ARRAY = _compile.ARRAY_TYPE
+cdef tuple _HOST_ARRAY_TYPES = (np.ndarray, np.generic)
+
+# The dynamic kwargs of a call whose keyword arguments are all static; never mutated.
+cdef dict _NO_KWARGS = {}
 
 
 cdef bint _all_leaf_types(tuple args):
-    # Arrays and Python scalars are leaves: f(*args) is then flat.
+    # Arrays, Python scalars and numpy values are leaves: f(*args) is then flat.
     for arg in args:
         arg_type = type(arg)
         if not (arg_type is _ARRAY or arg_type is float or arg_type is int
-                or arg_type is bool or arg_type is complex):
+                or arg_type is bool or arg_type is complex
+                or isinstance(arg, _HOST_ARRAY_TYPES)):
             return False
     return True
 
@@ -249,8 +257,6 @@ cdef class CompiledFunction:
                 entry.done.wait()
             if entry.compile_error is not None:
                 raise entry.compile_error
-            if entry.slow_reason is not None:
-                return self._slow(args, kwargs, entry.slow_reason, start, signature)
             if tracing:
                 found = _now_ns()
             self._last = entry
@@ -263,6 +269,10 @@ cdef class CompiledFunction:
                             long long found):
         """A hit: execute the entry, then the post hook and the trace event."""
         self._entries.touch(entry)
+        if entry.slow_reason is not None:
+            # An entry jax runs (numpy arguments, effects): still a cache hit,
+            # found by the guard, so the hand-off costs as little as it can.
+            return self._slow(args, kwargs, entry.slow_reason, start, entry.signature)
         out = entry.run(leaves)
         if out is DELEGATE:
             return self._slow(args, kwargs, "scalar_conversion", start, entry.signature)
@@ -275,30 +285,41 @@ cdef class CompiledFunction:
         return out
 
     cdef tuple _split_static(self, tuple args, dict kwargs):
-        """(dynamic args, dynamic kwargs, static (label, type, value) triples)."""
-        cdef Py_ssize_t n = len(args)
-        positions = []
+        """(dynamic args, dynamic kwargs, static (label, type, value) triples).
+
+        Static positions in increasing order, then static names in sorted
+        order, so that the key does not depend on how the call spelled them."""
+        cdef Py_ssize_t n = PyTuple_GET_SIZE(args), i, index
+        cdef list static = []
+        cdef list positions = None
+        cdef tuple dynamic_args = args
+        cdef dict dynamic_kwargs = kwargs
         for i in self._static_argnums:
             index = i + n if i < 0 else i
             if 0 <= index < n:
+                if positions is None:
+                    positions = []
                 positions.append(index)
-        static = []
-        dynamic_args = args
-        if positions:
-            positions.sort()
+        if positions is not None:
+            if len(positions) > 1:
+                positions.sort()
             for index in positions:
-                value = args[index]
+                value = <object>PyTuple_GET_ITEM(args, index)
                 static += (index, type(value), value)
-            dynamic_args = tuple(a for i, a in enumerate(args) if i not in positions)
-        dynamic_kwargs = kwargs
+            dynamic_args = tuple([a for index, a in enumerate(args) if index not in positions])
         if kwargs and self._static_argnames:
-            names = sorted(name for name in kwargs if name in self._static_argnames)
+            names = [name for name in kwargs if name in self._static_argnames]
             if names:
+                if len(names) > 1:
+                    names.sort()
                 for name in names:
                     value = kwargs[name]
                     static += (name, type(value), value)
-                dynamic_kwargs = {k: v for k, v in kwargs.items()
-                                  if k not in self._static_argnames}
+                if len(names) == len(kwargs):
+                    dynamic_kwargs = _NO_KWARGS
+                else:
+                    dynamic_kwargs = {k: v for k, v in kwargs.items()
+                                      if k not in self._static_argnames}
         return dynamic_args, dynamic_kwargs, tuple(static)
 
     cdef object _compile_and_run(self, CacheEntry entry, tuple args, dict kwargs,
@@ -330,9 +351,8 @@ cdef class CompiledFunction:
             entry.slow_reason = f"jax's executable could not be reused: {error!r}"
         self._cache._compile_seconds += entry.compile_seconds
         entry.done.set()
-        if entry.slow_reason is None:
-            self._last = entry
-            self._last_signature = entry.signature
+        self._last = entry
+        self._last_signature = entry.signature
         if _trace_sink is not None:
             now = _now_ns()
             _trace_sink.record(
