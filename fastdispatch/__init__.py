@@ -9,7 +9,10 @@ from fastdispatch.trace import assert_max_compiles, stats, trace
 __all__ = [
     "CompiledFunction",
     "CompiledFunctionCache",
+    "assert_max_compiles",
     "default_cache",
     "jit",
     "set_post_hook",
+    "stats",
+    "trace",
 ]
