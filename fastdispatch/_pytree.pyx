@@ -35,10 +35,10 @@ from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE, PyTuple_New, PyTu
 from cpython.unicode cimport PyUnicode_Compare
 from libc.stdlib cimport bsearch, qsort
 
+from fastdispatch._hashing cimport Py_uhash_t, XXPRIME_5, hash_mix as _mix
 from fastdispatch._compile import dataclass_fields as _dataclass_fields, pytree_registry
 
 cdef extern from "Python.h":
-    ctypedef size_t Py_uhash_t
     dict _PyDict_NewPresized(Py_ssize_t minused)
 
 
@@ -54,24 +54,6 @@ cdef enum:
     MAX_NODE_TYPES = 4096
     # Memoised nodes per registered type (one per distinct aux value).
     MAX_MEMOS_PER_TYPE = 256
-
-cdef extern from *:
-    """
-    /* xxHash's primes, as CPython's tuple hash uses them. */
-    #define FD_XXPRIME_1 11400714785074694791ULL
-    #define FD_XXPRIME_2 14029467366897019727ULL
-    #define FD_XXPRIME_5 2870177450012600261ULL
-    """
-    const Py_uhash_t XXPRIME_1 "FD_XXPRIME_1"
-    const Py_uhash_t XXPRIME_2 "FD_XXPRIME_2"
-    const Py_uhash_t XXPRIME_5 "FD_XXPRIME_5"
-
-
-cdef inline Py_uhash_t _mix(Py_uhash_t acc, Py_uhash_t lane) noexcept:
-    acc += lane * XXPRIME_2
-    acc = (acc << 31) | (acc >> 33)
-    return acc * XXPRIME_1
-
 
 # ----------------------------------------------------------------------------
 # TreeDef
@@ -548,9 +530,11 @@ cdef TreeDef _flatten(object tree, list leaves, int depth, PyObject** path):
         leaves.append(tree)
         return _LEAF_DEF
     if t is tuple:
-        return _flatten_tuple(<tuple>tree, leaves, depth, path)
+        return _flatten_sequence(tree, PyTuple_GET_SIZE(tree), NODE_TUPLE, tuple, _tuple_memo,
+                                 leaves, depth, path)
     if t is list:
-        return _flatten_list(<list>tree, leaves, depth, path)
+        return _flatten_sequence(tree, PyList_GET_SIZE(tree), NODE_LIST, list, _list_memo,
+                                 leaves, depth, path)
     if t is dict:
         return _flatten_dict(<dict>tree, leaves, depth, path)
     if tree is None:
@@ -632,10 +616,11 @@ cdef tuple _flatten_children(object seq, Py_ssize_t n, Py_ssize_t* order, tuple 
     return children
 
 
-cdef TreeDef _flatten_tuple(tuple tree, list leaves, int depth, PyObject** path):
-    cdef Py_ssize_t n = PyTuple_GET_SIZE(tree)
+cdef TreeDef _flatten_sequence(object tree, Py_ssize_t n, NodeKind kind, object node_type,
+                               list memos, list leaves, int depth, PyObject** path):
+    """A tuple or a list: children in order, the node memoised per length."""
     cdef Py_ssize_t slot = n % SEQ_SLOTS
-    cdef object memo_obj = <object>PyList_GET_ITEM(_tuple_memo, slot)
+    cdef object memo_obj = <object>PyList_GET_ITEM(memos, slot)
     cdef TreeDef memo = None
     if memo_obj is not None and PyTuple_GET_SIZE((<TreeDef>memo_obj).children) == n:
         memo = <TreeDef>memo_obj
@@ -643,26 +628,9 @@ cdef TreeDef _flatten_tuple(tuple tree, list leaves, int depth, PyObject** path)
     cdef tuple children = _flatten_children(tree, n, NULL, None, leaves, depth + 1, path, memo)
     if children is None:
         return memo
-    memo = _new_node(NODE_TUPLE, tuple, None, children, None, 0, True)
+    memo = _new_node(kind, node_type, None, children, None, 0, True)
     if memo.cacheable:
-        _tuple_memo[slot] = memo
-    return memo
-
-
-cdef TreeDef _flatten_list(list tree, list leaves, int depth, PyObject** path):
-    cdef Py_ssize_t n = PyList_GET_SIZE(tree)
-    cdef Py_ssize_t slot = n % SEQ_SLOTS
-    cdef object memo_obj = <object>PyList_GET_ITEM(_list_memo, slot)
-    cdef TreeDef memo = None
-    if memo_obj is not None and PyTuple_GET_SIZE((<TreeDef>memo_obj).children) == n:
-        memo = <TreeDef>memo_obj
-    _enter(tree, depth, path)
-    cdef tuple children = _flatten_children(tree, n, NULL, None, leaves, depth + 1, path, memo)
-    if children is None:
-        return memo
-    memo = _new_node(NODE_LIST, list, None, children, None, 0, True)
-    if memo.cacheable:
-        _list_memo[slot] = memo
+        memos[slot] = memo
     return memo
 
 

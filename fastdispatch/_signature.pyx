@@ -18,6 +18,7 @@ from cpython.ref cimport Py_INCREF
 from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
 from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE
 
+from fastdispatch._hashing cimport Py_uhash_t, XXPRIME_5, hash_mix
 from fastdispatch._pytree cimport TreeDef
 from fastdispatch import _compile
 
@@ -128,14 +129,6 @@ cdef LeafStatus read_leaf_keys(list leaves, list keys) except *:
         else:
             return LEAVES_UNSUPPORTED
     return LEAVES_OK
-
-
-cdef inline Py_hash_t _mix(Py_hash_t acc, Py_hash_t value):
-    # The combining step of CPython's tuple hash (xxHash's round), on unsigned
-    # arithmetic so that overflow wraps.
-    cdef unsigned long long a = <unsigned long long>acc + <unsigned long long>value * <unsigned long long>14029467366897019727ULL
-    a = (a << 31) | (a >> 33)
-    return <Py_hash_t>(a * <unsigned long long>11400714785074694791ULL)
 
 
 cdef class CallSignature:
@@ -280,15 +273,14 @@ cdef CallSignature make_signature(TreeDef treedef, list leaf_keys, tuple static_
     sig.context = context
     sig.arg_names = arg_names
     sig.flat_args = flat_args
-    cdef Py_hash_t h = _mix(0x345678, hash(treedef))
+    cdef Py_uhash_t h = hash_mix(XXPRIME_5, <Py_uhash_t>hash(treedef))
     cdef Py_ssize_t i, n = PyList_GET_SIZE(leaf_keys)
     for i in range(0, n, 3):
-        h = _mix(h, hash(<object>PyList_GET_ITEM(leaf_keys, i)))
-        h = _mix(h, hash(<object>PyList_GET_ITEM(leaf_keys, i + 2)))
-    h = _mix(h, hash(static_args))   # raises for unhashable static arguments
-    if h == -1:
-        h = -2
-    sig._hash = h
+        h = hash_mix(h, <Py_uhash_t>hash(<object>PyList_GET_ITEM(leaf_keys, i)))
+        h = hash_mix(h, <Py_uhash_t>hash(<object>PyList_GET_ITEM(leaf_keys, i + 2)))
+    # hash() raises for an unhashable static argument.
+    h = hash_mix(h, <Py_uhash_t>hash(static_args))
+    sig._hash = <Py_hash_t>h if <Py_hash_t>h != -1 else -2
     return sig
 
 
