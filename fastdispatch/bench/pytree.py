@@ -22,6 +22,7 @@ import jaxlib
 import numpy as np
 
 from fastdispatch import _pytree
+from fastdispatch.bench import cpu_model
 
 
 @jtu.register_dataclass
@@ -109,20 +110,9 @@ def run(repeats: int = 15) -> list[dict]:
     return rows
 
 
-def cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
 def environment() -> str:
     return (f"jax {jax.__version__}, jaxlib {jaxlib.__version__}, "
-            f"Python {platform.python_version()}, numpy {np.__version__}, CPU: {cpu_name()}")
+            f"Python {platform.python_version()}, numpy {np.__version__}, CPU: {cpu_model()}")
 
 
 def format_table(rows: list[dict]) -> str:
