@@ -54,12 +54,18 @@ class HashRaises:
         raise RuntimeError("no hash for you")
 
 
-class EqRaises:
-    def __hash__(self):
-        return 7
+def eq_raises_class():
+    # A new class per test: jax's global caches compare the static arguments
+    # of earlier calls by type first, so an instance from another test (jax's
+    # run of this same test, say) can never reach this __eq__.
+    class EqRaises:
+        def __hash__(self):
+            return 7
 
-    def __eq__(self, other):
-        raise RuntimeError("no eq for you")
+        def __eq__(self, other):
+            raise RuntimeError("no eq for you")
+
+    return EqRaises
 
 
 def test_hash_raises(jit):
@@ -69,6 +75,7 @@ def test_hash_raises(jit):
 
 
 def test_eq_raises(jit):
+    EqRaises = eq_raises_class()
     f = jit(lambda x, n: x, static_argnums=1)
     assert_same_array(f(jnp.float32(1), EqRaises()), jnp.asarray(1, jnp.float32))
     msg = (
