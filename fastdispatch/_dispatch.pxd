@@ -1,8 +1,16 @@
 # The jitted function object and its hot path.
+cimport cython
+from cpython.object cimport PyObject
 from fastdispatch._cache cimport CacheEntry, CompiledFunctionCache, FunctionCache
 from fastdispatch._signature cimport CallSignature
 
+cdef extern from "Python.h":
+    ctypedef PyObject* (*vectorcallfunc)(PyObject* callable, PyObject* const* args,
+                                         size_t nargsf, PyObject* kwnames)
+
+@cython.final
 cdef class CompiledFunction:
+    cdef vectorcallfunc _vectorcall_slot   # PEP 590 entry point, found via tp_vectorcall_offset
     cdef readonly object fun               # the Python function being jitted
     cdef object _jitted                    # jax.jit(fun, same options): the slow path
     cdef dict _options                     # the jit options given, for pickling
@@ -18,6 +26,9 @@ cdef class CompiledFunction:
     cdef dict __dict__                     # as functools.wraps fills it
     cdef object __weakref__
 
+    cdef object _call(self, tuple args, dict kwargs, tuple context, long long start)
+    cdef object _slow_vectorcall(self, PyObject** argv, size_t nargsf, str reason,
+                                 long long start, object signature)
     cdef tuple _split_static(self, tuple args, dict kwargs)
     cdef object _run(self, CacheEntry entry, object leaves, tuple args, dict kwargs,
                      long long start, long long flattened, long long keyed, long long found)

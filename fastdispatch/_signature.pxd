@@ -1,5 +1,6 @@
 # What identifies one compiled executable of a function: the call's structure,
 # each dynamic leaf's type and placement, the static arguments and jax's context.
+from cpython.object cimport PyObject
 from fastdispatch._pytree cimport TreeDef
 
 # read_leaf_keys results: why a call's leaves can or cannot take the fast path.
@@ -23,7 +24,7 @@ cdef class CallSignature:
                            tuple context)
     # The same guard for a flat_args signature, before any flattening: the
     # positional arguments are the leaves.
-    cdef bint matches_flat_args(self, tuple args, tuple context)
+    cdef bint matches_flat_args(self, PyObject** args, Py_ssize_t n, tuple context)
 
 cdef LeafStatus read_leaf_keys(list leaves, list keys) except *
 

@@ -167,14 +167,14 @@ cdef class CallSignature:
                 return False
         return True
 
-    cdef bint matches_flat_args(self, tuple args, tuple context):
-        if not _identical_tuple(context, self.context) and not _same_tuple(context, self.context):
-            return False
-        cdef Py_ssize_t i, n = PyTuple_GET_SIZE(args)
+    cdef bint matches_flat_args(self, PyObject** args, Py_ssize_t n, tuple context):
         if 3 * n != PyList_GET_SIZE(self.leaf_keys):
             return False
+        if not _identical_tuple(context, self.context) and not _same_tuple(context, self.context):
+            return False
+        cdef Py_ssize_t i
         for i in range(n):
-            if not _leaf_matches(<object>PyTuple_GET_ITEM(args, i), self.leaf_keys, i):
+            if not _leaf_matches(<object>args[i], self.leaf_keys, i):
                 return False
         return True
 
