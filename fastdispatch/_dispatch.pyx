@@ -2,10 +2,12 @@
 """CompiledFunction, the hot path of ``fastdispatch.jit``.
 
 One call, as data flows (docs/architecture.md):
-  1. state      a transformation tracing right now? -> jax
-  2. flatten    dynamic args -> leaves + TreeDef
-  3. signature  the previous call's entry if everything matches by identity,
-                else a CallSignature looked up in our part of the shared LRU
+  1. state      jax's trace context; a transformation tracing right now? -> jax
+  2. guard      f(a, b, ...) with leaves of the previous call's kinds, checked
+                in the caller's argument array (vectorcall): on to 5
+  3. flatten    static args split off; dynamic args -> leaves + TreeDef;
+     signature  the same identity guard, else a CallSignature looked up in our
+                part of the shared LRU
   4. miss       one thread runs the call through jax.jit, then takes its
                 executable from jax.jit(fun).lower(...).compile();
                 the others wait on the entry's event
@@ -17,22 +19,18 @@ reason recorded for ``--trace``; so results never differ from jax.jit's.
 """
 import functools
 import inspect
-
-cimport cython
 import threading
 import types
 
-import numpy as np
-
-
-from cpython.list cimport PyList_GET_SIZE
+cimport cython
 from cpython.object cimport PyObject
 from cpython.ref cimport Py_INCREF
 from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE, PyTuple_New, PyTuple_SET_ITEM
 
 from fastdispatch._pytree cimport TreeDef, flatten_into
 from fastdispatch._signature cimport (
-    CallSignature, LeafStatus, LEAVES_OK, LEAVES_TRACER, make_signature, read_leaf_keys)
+    CallSignature, LeafStatus, LEAVES_OK, LEAVES_TRACER, all_leaves, make_signature,
+    read_leaf_keys)
 from fastdispatch._cache cimport CacheEntry, CompiledFunctionCache, FunctionCache
 from fastdispatch._cache import DELEGATE, default_cache
 from fastdispatch import _compile
@@ -104,26 +102,13 @@ cdef inline object _current_post_hook():
     return _global_post_hook
 
 
-cdef object _ARRAY = _compile.ARRAY_TYPE
-cdef tuple _HOST_ARRAY_TYPES = (np.ndarray, np.generic)
-
-def _first(triple):
-    return triple[0]
-
-
-# The dynamic kwargs of a call whose keyword arguments are all static; never mutated.
+# The dynamic kwargs of a call with no keyword arguments, or only static ones;
+# never mutated, and never handed to user code (the post hook gets a new dict).
 cdef dict _NO_KWARGS = {}
 
 
-cdef bint _all_leaf_types(tuple args):
-    # Arrays, Python scalars and numpy values are leaves: f(*args) is then flat.
-    for arg in args:
-        arg_type = type(arg)
-        if not (arg_type is _ARRAY or arg_type is float or arg_type is int
-                or arg_type is bool or arg_type is complex
-                or isinstance(arg, _HOST_ARRAY_TYPES)):
-            return False
-    return True
+def _first(triple):
+    return triple[0]
 
 
 cdef extern from "Python.h":
@@ -298,7 +283,7 @@ cdef class CompiledFunction:
                     treedef, keys, static_args, context, self._dynamic_arg_names,
                     not dynamic_kwargs and not self._has_static
                     and treedef.num_leaves == len(dynamic_args)
-                    and _all_leaf_types(dynamic_args))
+                    and all_leaves(dynamic_args))
             except Exception:
                 # An unhashable static argument: jax raises its own error.
                 return self._slow(args, kwargs, "static_argument_error", start, None)
@@ -318,7 +303,7 @@ cdef class CompiledFunction:
             if not entry.done.is_set():
                 if entry.compiling_thread == threading.get_ident():
                     raise RecursionError(
-                        f"{self.__name__}: called again with the same argument types "
+                        f"{getattr(self, '__name__', self)!r}: called again with the same argument types "
                         "while compiling for them (recursive call from the compiling thread)")
                 entry.done.wait()
             if entry.compile_error is not None:

@@ -28,5 +28,9 @@ cdef class CallSignature:
 
 cdef LeafStatus read_leaf_keys(list leaves, list keys) except *
 
+# True when every item is a leaf the fast path keys (an array, a key, a Python
+# scalar, a numpy value): f(*args) is then flat, its arguments its leaves.
+cdef bint all_leaves(tuple args)
+
 cdef CallSignature make_signature(TreeDef treedef, list leaf_keys, tuple static_args,
                                   tuple context, object arg_names, bint flat_args)

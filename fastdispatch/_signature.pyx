@@ -131,6 +131,15 @@ cdef LeafStatus read_leaf_keys(list leaves, list keys) except *:
     return LEAVES_OK
 
 
+cdef bint all_leaves(tuple args):
+    for arg in args:
+        arg_type = type(arg)
+        if not (arg_type is _ARRAY or arg_type is _KEY_ARRAY or _is_python_scalar(arg_type)
+                or isinstance(arg, _HOST_ARRAY_TYPES)):
+            return False
+    return True
+
+
 cdef class CallSignature:
     """The key of one cache entry.  Built by the dispatcher; read by the tracer."""
 

@@ -1,4 +1,5 @@
 """fastdispatch._dispatch: what the fast path takes, what it hands to jax, and why."""
+import functools
 import math
 
 import jax
@@ -178,3 +179,61 @@ def test_compile_errors_are_recorded_and_leave_no_entry(sink):
             f(jnp.ones(3))
     assert reasons(sink) == ["compile_error", "compile_error"]
     assert f._cache_size() == 0
+
+
+def test_every_way_into_a_call_gives_the_same_result(sink):
+    f = fastdispatch.jit(lambda x, y=1.0: x * y)
+    x = jnp.arange(3.0)
+    want = np.arange(3.0) * 2
+    calls = [
+        lambda: f(x, 2.0),                        # vectorcall, flat
+        lambda: f(x, y=2.0),                      # vectorcall with keyword names
+        lambda: functools.partial(f, x)(2.0),     # PyObject_Call: tp_call
+        lambda: f(*[x, 2.0]),                     # star-args
+        lambda: f(**{"x": x, "y": 2.0}),          # keywords only
+    ]
+    for call in calls * 2:
+        np.testing.assert_array_equal(call(), want)
+    assert {fallback for _, _, fallback, _ in sink.calls} == {None}
+
+
+def test_post_hook_gets_a_dict_of_its_own():
+    seen = []
+
+    def hook(fn, args, kwargs, out):
+        kwargs["spoiled"] = True   # must not leak into later calls
+        seen.append(args)
+
+    f = fastdispatch.jit(lambda x: x + 1)
+    x = jnp.ones(2)
+    f(x)
+    fastdispatch.set_post_hook(hook)
+    try:
+        f(x)
+        f(x)
+    finally:
+        fastdispatch.set_post_hook(None)
+    assert len(seen) == 2 and all(args == (x,) for args in seen)
+    np.testing.assert_array_equal(f(x), np.full(2, 2.0))
+
+
+def test_method_call_binds_self():
+    class Scaler:
+        def __init__(self, factor):
+            self.factor = factor
+
+        def __hash__(self):
+            return hash(self.factor)
+
+        def __eq__(self, other):
+            return isinstance(other, Scaler) and other.factor == self.factor
+
+        @functools.partial(fastdispatch.jit, static_argnums=0)
+        def scale(self, x):
+            return x * self.factor
+
+    x = jnp.ones(2)
+    assert float(Scaler(3).scale(x)[0]) == 3.0
+    assert float(Scaler(3).scale(x)[0]) == 3.0
+    assert float(Scaler(4).scale(x)[0]) == 4.0
+    assert Scaler.scale._cache_size() == 2
