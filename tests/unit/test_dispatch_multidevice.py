@@ -1,0 +1,55 @@
+"""With 8 CPU devices, sharded calls stay on fastdispatch's fast path."""
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from subprocess_util import run_in_subprocess  # noqa: E402
+
+
+def check_sharded_calls_are_fast():
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+    import fastdispatch
+    from fastdispatch import _dispatch
+
+    class Sink:
+        def __init__(self):
+            self.fallbacks = []
+
+        def record(self, fn, times, hit, compile_ns, fallback, signature):
+            self.fallbacks.append(fallback)
+
+    mesh = Mesh(np.array(jax.devices()).reshape(4, 2), ("data", "model"))
+    rows = NamedSharding(mesh, P("data"))
+    grid = NamedSharding(mesh, P("data", "model"))
+    x = jax.device_put(jnp.arange(32.0).reshape(8, 4), rows)
+
+    by_input = fastdispatch.jit(lambda a: a * 2)
+    by_option = fastdispatch.jit(lambda a, b: a @ b.T, in_shardings=(rows, rows),
+                                 out_shardings=grid)
+    on_device = fastdispatch.jit(lambda a: a + 1)
+    y = jax.device_put(jnp.ones(3), jax.devices()[5])
+
+    sink = Sink()
+    _dispatch.set_trace_sink(sink)
+    try:
+        for _ in range(3):
+            doubled = by_input(x)
+            product = by_option(x, x)
+            moved = on_device(y)
+    finally:
+        _dispatch.set_trace_sink(None)
+    assert sink.fallbacks == [None] * 9, sink.fallbacks
+    assert doubled.sharding.is_equivalent_to(jax.jit(lambda a: a * 2)(x).sharding, 2)
+    assert product.sharding == grid
+    assert moved.sharding == jax.sharding.SingleDeviceSharding(jax.devices()[5])
+    assert moved._committed
+    np.testing.assert_array_equal(product, np.asarray(x) @ np.asarray(x).T)
+    assert [entry.is_fast for entry in by_option._cache_entries()] == [True]
+
+
+def test_sharded_calls_stay_on_the_fast_path():
+    run_in_subprocess(check_sharded_calls_are_fast, n_devices=8)
