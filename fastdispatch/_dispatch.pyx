@@ -25,6 +25,7 @@ import types
 cimport cython
 from cpython.object cimport PyObject
 from cpython.ref cimport Py_INCREF
+from cpython.sequence cimport PySequence_Fast_ITEMS
 from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE, PyTuple_New, PyTuple_SET_ITEM
 
 from fastdispatch._pytree cimport TreeDef, flatten_into
@@ -143,30 +144,122 @@ cdef dict _kwargs_from_array(PyObject** items, Py_ssize_t nargs, PyObject* kwnam
 
 cdef object _vectorcall(CompiledFunction self, PyObject** argv, size_t nargsf,
                         PyObject* kwnames):
-    """Python's way into a call (PEP 590): the arguments stay in the caller's
-    array, so ``f(x, y)`` with the arrays of last time's kinds builds neither a
-    tuple nor a dict before the executable runs, and a call jax must run
-    reaches it the same way (~0.2 us less than through tp_call, measured)."""
+    """Python's way into a call (PEP 590).  The arguments stay in the caller's
+    array: a call laid out as the previous one (CallLayout) takes its leaves
+    from there, guards them, and runs, with no tuple or dict built for a
+    positional call; a call jax must run reaches it the same way."""
     cdef Py_ssize_t nargs = PyVectorcall_NARGS(nargsf)
     cdef long long start = 0, now = 0
     if _trace_sink is not None:
         start = _now_ns()
     context = _trace_context()
-    cdef CacheEntry entry = self._last
-    if (kwnames == NULL and entry is not None and not entry.evicted
-            and self._last_signature.flat_args
+    cdef PreviousCall previous = self._previous
+    cdef CallLayout layout = previous.layout if previous is not None else None
+    cdef CacheEntry entry
+    cdef object leaves
+    cdef PyObject** items = argv
+    cdef Py_ssize_t count = nargs
+    if (layout is not None and not previous.entry.evicted and layout.nargs == nargs
+            and layout.kwnames is (None if kwnames == NULL else <object>kwnames)
             and _trace_state.value is _clean_trace_state
-            and self._last_signature.matches_flat_args(argv, nargs, context)):
-        if entry.slow_reason is not None:
-            self._entries.touch(entry)
-            return self._slow_vectorcall(argv, nargsf, entry.slow_reason, start,
-                                         entry.signature)
-        if _trace_sink is not None:
-            now = _now_ns()
-        args = _tuple_from_array(argv, nargs)
-        return self._run(entry, args, args, _NO_KWARGS, start, now, now, now)
+            and layout.statics_match(argv, previous.signature.static_args)):
+        entry = previous.entry
+        if layout.leaf_index is not None:
+            leaves = layout.gather(argv)
+            items = PySequence_Fast_ITEMS(leaves)
+            count = PyTuple_GET_SIZE(leaves)
+        if previous.signature.matches_leaves(items, count, context):
+            if entry.slow_reason is not None:
+                self._entries.touch(entry)
+                return self._slow_vectorcall(argv, nargsf, kwnames, entry.slow_reason,
+                                             start, entry.signature)
+            if layout.leaf_index is None:
+                leaves = _tuple_from_array(argv, nargs)
+            if _global_post_hook is None and not _thread_post_hooks:
+                if _trace_sink is not None:
+                    now = _now_ns()
+                out = self._execute(entry, leaves, start, now, now, now)
+                if out is not DELEGATE:
+                    return out
     return self._call(_tuple_from_array(argv, nargs),
-                      _kwargs_from_array(argv, nargs, kwnames), context, start)
+                      _kwargs_from_array(argv, nargs, kwnames), context, start,
+                      None if kwnames == NULL else <object>kwnames)
+
+
+@cython.final
+cdef class CallLayout:
+    """Where the leaves of a call sit in its argument array, for calls whose
+    every argument is a leaf, e.g. ``f(x, y)`` or ``f(x, lr=0.1, mode="eval")``.
+
+    A call site passes the same keyword-names tuple on every call (CPython keeps
+    it with the code), so a call with that tuple object and as many positional
+    arguments has the previous call's structure: its leaves can be read from
+    the array, in jax's order (positional, then keywords by sorted name),
+    without flattening, and its static keyword values compared in place."""
+
+    cdef tuple gather(self, PyObject** argv):
+        cdef Py_ssize_t i, n = PyTuple_GET_SIZE(self.leaf_index)
+        cdef tuple leaves = PyTuple_New(n)
+        cdef object item
+        for i in range(n):
+            item = <object>argv[<Py_ssize_t><object>PyTuple_GET_ITEM(self.leaf_index, i)]
+            Py_INCREF(item)
+            PyTuple_SET_ITEM(leaves, i, item)
+        return leaves
+
+    cdef bint statics_match(self, PyObject** argv, tuple static_args):
+        # static_args holds (name, type, value) triples in static_index's order.
+        cdef Py_ssize_t i
+        for i in range(PyTuple_GET_SIZE(self.static_index)):
+            value = <object>argv[<Py_ssize_t><object>PyTuple_GET_ITEM(self.static_index, i)]
+            expected = <object>PyTuple_GET_ITEM(static_args, 3 * i + 2)
+            if type(value) is not <object>PyTuple_GET_ITEM(static_args, 3 * i + 1):
+                return False
+            if value is not expected:
+                try:
+                    if not value == expected:
+                        return False
+                except Exception:
+                    return False    # the general path reports it as jax does
+        return True
+
+
+cdef CallLayout _layout_of(tuple args, dict kwargs, object kwnames,
+                           frozenset static_names, CallSignature signature):
+    """The CallLayout of a call, or None when some dynamic argument is not a
+    leaf or a static argument was passed by position."""
+    cdef tuple static_args = signature.static_args
+    cdef Py_ssize_t i
+    for i in range(0, PyTuple_GET_SIZE(static_args), 3):
+        if type(<object>PyTuple_GET_ITEM(static_args, i)) is int:   # a static position
+            return None
+    if not all_leaves(args):
+        return None
+    cdef CallLayout layout = CallLayout.__new__(CallLayout)
+    cdef Py_ssize_t nargs = PyTuple_GET_SIZE(args)
+    layout.kwnames = kwnames
+    layout.nargs = nargs
+    layout.leaf_index = None
+    layout.static_index = ()
+    if kwnames is not None:
+        dynamic = sorted(name for name in kwnames if name not in static_names)
+        if not all_leaves(tuple([kwargs[name] for name in dynamic])):
+            return None
+        layout.leaf_index = tuple(range(nargs)) + tuple(
+            nargs + kwnames.index(name) for name in dynamic)
+        layout.static_index = tuple(
+            nargs + kwnames.index(name)
+            for name in sorted(name for name in kwnames if name in static_names))
+    num_leaves = nargs if layout.leaf_index is None else len(layout.leaf_index)
+    return layout if num_leaves == signature.treedef.num_leaves else None
+
+
+@cython.final
+cdef class PreviousCall:
+    """The guard's guess for the next call: the previous call's entry, its own
+    signature (the very aval and sharding objects it held) and its layout.
+    One object, replaced whole, so that a thread never pairs one call's entry
+    with another's signature."""
 
 
 cdef class _NotGiven:
@@ -240,16 +333,19 @@ cdef class CompiledFunction:
         # Reached through PyObject_Call only (functools.partial, say): Python
         # calls arrive through the vectorcall slot, _vectorcall.
         cdef long long start = _now_ns() if _trace_sink is not None else 0
-        return self._call(args, kwargs, _trace_context(), start)
+        return self._call(args, kwargs, _trace_context(), start,
+                          tuple(kwargs) if kwargs else None)
 
-    cdef object _call(self, tuple args, dict kwargs, tuple context, long long start):
-        """The general path: static split, flatten, guard or lookup, run."""
+    cdef object _call(self, tuple args, dict kwargs, tuple context, long long start,
+                      object kwnames):
+        """The general path: static split, flatten, guard or lookup, run.
+        ``kwnames``: the keyword names as the call spelled them, or None."""
         cdef long long flattened = 0, keyed = 0, found = 0
         cdef bint tracing = _trace_sink is not None
         if _trace_state.value is not _clean_trace_state:
             return self._slow(args, kwargs, "tracer", start, None)
-        cdef CacheEntry entry = self._last
-        cdef CallSignature last_signature = self._last_signature
+        cdef PreviousCall previous = self._previous
+        cdef CacheEntry entry = previous.entry if previous is not None else None
 
         cdef tuple dynamic_args = args
         cdef dict dynamic_kwargs = kwargs
@@ -268,7 +364,7 @@ cdef class CompiledFunction:
         # entry's: a training loop feeds back outputs whose avals differ (by
         # identity) from those of the arrays it was first called with.
         if (entry is not None and not entry.evicted
-                and last_signature.matches_call(treedef, leaves, static_args, context)):
+                and previous.signature.matches_call(treedef, leaves, static_args, context)):
             if tracing:
                 keyed = found = _now_ns()
         else:
@@ -279,11 +375,8 @@ cdef class CompiledFunction:
                                   "tracer" if status == LEAVES_TRACER else "unsupported_leaf",
                                   start, None)
             try:
-                signature = make_signature(
-                    treedef, keys, static_args, context, self._dynamic_arg_names,
-                    not dynamic_kwargs and not self._has_static
-                    and treedef.num_leaves == len(dynamic_args)
-                    and all_leaves(dynamic_args))
+                signature = make_signature(treedef, keys, static_args, context,
+                                           self._dynamic_arg_names)
             except Exception:
                 # An unhashable static argument: jax raises its own error.
                 return self._slow(args, kwargs, "static_argument_error", start, None)
@@ -299,7 +392,7 @@ cdef class CompiledFunction:
                 if reason is not None:
                     return self._slow(args, kwargs, reason, start, signature)
                 entry = self._entries.insert(signature)
-                return self._compile_and_run(entry, args, kwargs, leaves, start)
+                return self._compile_and_run(entry, args, kwargs, leaves, start, kwnames)
             if not entry.done.is_set():
                 if entry.compiling_thread == threading.get_ident():
                     raise RecursionError(
@@ -310,29 +403,44 @@ cdef class CompiledFunction:
                 raise entry.compile_error
             if tracing:
                 found = _now_ns()
-            self._last = entry
-            self._last_signature = signature
+            self._remember(entry, signature, args, kwargs, kwnames)
 
         return self._run(entry, leaves, args, kwargs, start, flattened, keyed, found)
+
+    cdef void _remember(self, CacheEntry entry, CallSignature signature, tuple args,
+                        dict kwargs, object kwnames):
+        """Make this call the guard's guess for the next one."""
+        cdef PreviousCall previous = PreviousCall.__new__(PreviousCall)
+        previous.entry = entry
+        previous.signature = signature
+        previous.layout = _layout_of(args, kwargs, kwnames, self._static_argnames, signature)
+        self._previous = previous
 
     cdef object _run(self, CacheEntry entry, object leaves, tuple args, dict kwargs,
                             long long start, long long flattened, long long keyed,
                             long long found):
         """A hit: execute the entry, then the post hook and the trace event."""
-        self._entries.touch(entry)
         if entry.slow_reason is not None:
             # An entry jax runs (numpy arguments, effects): still a cache hit,
             # found by the guard, so the hand-off costs as little as it can.
+            self._entries.touch(entry)
             return self._slow(args, kwargs, entry.slow_reason, start, entry.signature)
-        out = entry.run(leaves)
+        out = self._execute(entry, leaves, start, flattened, keyed, found)
         if out is DELEGATE:
             return self._slow(args, kwargs, "scalar_conversion", start, entry.signature)
-        if _trace_sink is not None:
+        if _global_post_hook is not None or _thread_post_hooks:
+            _call_post_hook(self, args, kwargs, out)
+        return out
+
+    cdef object _execute(self, CacheEntry entry, object leaves, long long start,
+                         long long flattened, long long keyed, long long found):
+        """Run a fast entry and record the hit; DELEGATE if jax must run it."""
+        self._entries.touch(entry)
+        out = entry.run(leaves)
+        if out is not DELEGATE and _trace_sink is not None:
             launched = _now_ns()
             _trace_sink.record(self, (start, flattened, keyed, found, launched, _now_ns()),
                                True, 0, None, entry.signature)
-        if _global_post_hook is not None or _thread_post_hooks:
-            _call_post_hook(self, args, kwargs, out)
         return out
 
     cdef tuple _split_static(self, tuple args, dict kwargs):
@@ -374,7 +482,7 @@ cdef class CompiledFunction:
         return dynamic_args, dynamic_kwargs, tuple(static)
 
     cdef object _compile_and_run(self, CacheEntry entry, tuple args, dict kwargs,
-                                 list leaves, long long start):
+                                 list leaves, long long start, object kwnames):
         """The miss path, on the one thread that compiles this signature.
 
         jax.jit itself runs this first call (tracing, compiling, converting,
@@ -402,8 +510,7 @@ cdef class CompiledFunction:
             entry.slow_reason = f"jax's executable could not be reused: {error!r}"
         self._cache._compile_seconds += entry.compile_seconds
         entry.done.set()
-        self._last = entry
-        self._last_signature = entry.signature
+        self._remember(entry, entry.signature, args, kwargs, kwnames)
         if _trace_sink is not None:
             now = _now_ns()
             _trace_sink.record(
@@ -428,19 +535,20 @@ cdef class CompiledFunction:
             _call_post_hook(self, args, kwargs, out)
         return out
 
-    cdef object _slow_vectorcall(self, PyObject** argv, size_t nargsf, str reason,
-                                 long long start, object signature):
-        """_slow for a positional call still in its caller's array."""
+    cdef object _slow_vectorcall(self, PyObject** argv, size_t nargsf, PyObject* kwnames,
+                                 str reason, long long start, object signature):
+        """_slow for a call still in its caller's array."""
         try:
-            out = PyObject_Vectorcall(self._jitted, argv, nargsf, NULL)
+            out = PyObject_Vectorcall(self._jitted, argv, nargsf, kwnames)
         finally:
             if _trace_sink is not None:
                 now = _now_ns()
                 _trace_sink.record(self, (start, now, now, now, now, now), False, 0,
                                    reason, signature)
+        cdef Py_ssize_t nargs = PyVectorcall_NARGS(nargsf)
         if _global_post_hook is not None or _thread_post_hooks:
-            _call_post_hook(self, _tuple_from_array(argv, PyVectorcall_NARGS(nargsf)),
-                            _NO_KWARGS, out)
+            _call_post_hook(self, _tuple_from_array(argv, nargs),
+                            _kwargs_from_array(argv, nargs, kwnames), out)
         return out
 
     # -- the Python object ---------------------------------------------------
@@ -489,7 +597,7 @@ cdef class CompiledFunction:
 
     def _clear_cache(self):
         self._entries.clear()
-        self._last = None
+        self._previous = None
 
     @property
     def cache(self):

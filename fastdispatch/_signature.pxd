@@ -16,15 +16,14 @@ cdef class CallSignature:
     cdef tuple context                 # jax's trace_context() at the call
     cdef object arg_names              # dynamic positional parameter names, for describe()
     cdef Py_hash_t _hash               # computed once, at construction
-    cdef readonly bint flat_args       # the call was f(leaf, leaf, ...): no kwargs, no nesting
 
     # The steady-state guard: same structure, same statics, same context, and
     # every leaf carrying the very same aval, sharding and committed objects.
     cdef bint matches_call(self, TreeDef treedef, list leaves, tuple static_args,
                            tuple context)
-    # The same guard for a flat_args signature, before any flattening: the
-    # positional arguments are the leaves.
-    cdef bint matches_flat_args(self, PyObject** args, Py_ssize_t n, tuple context)
+    # The same guard on leaves taken straight from a call's argument array
+    # (see _dispatch.CallLayout): no flattening, same structure by construction.
+    cdef bint matches_leaves(self, PyObject** leaves, Py_ssize_t n, tuple context)
 
 cdef LeafStatus read_leaf_keys(list leaves, list keys) except *
 
@@ -33,4 +32,4 @@ cdef LeafStatus read_leaf_keys(list leaves, list keys) except *
 cdef bint all_leaves(tuple args)
 
 cdef CallSignature make_signature(TreeDef treedef, list leaf_keys, tuple static_args,
-                                  tuple context, object arg_names, bint flat_args)
+                                  tuple context, object arg_names)

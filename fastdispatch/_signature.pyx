@@ -176,14 +176,14 @@ cdef class CallSignature:
                 return False
         return True
 
-    cdef bint matches_flat_args(self, PyObject** args, Py_ssize_t n, tuple context):
+    cdef bint matches_leaves(self, PyObject** leaves, Py_ssize_t n, tuple context):
         if 3 * n != PyList_GET_SIZE(self.leaf_keys):
             return False
         if not _identical_tuple(context, self.context) and not _same_tuple(context, self.context):
             return False
         cdef Py_ssize_t i
         for i in range(n):
-            if not _leaf_matches(<object>args[i], self.leaf_keys, i):
+            if not _leaf_matches(<object>leaves[i], self.leaf_keys, i):
                 return False
         return True
 
@@ -271,7 +271,7 @@ cdef inline bint _same_tuple(tuple a, tuple b) except -1:
 
 
 cdef CallSignature make_signature(TreeDef treedef, list leaf_keys, tuple static_args,
-                                  tuple context, object arg_names, bint flat_args):
+                                  tuple context, object arg_names):
     """A signature with its hash.  The hash covers the structure, the avals and
     the static arguments; shardings and the context are left to equality
     (hashing them costs ~100 ns each and they rarely tell two keys apart)."""
@@ -281,7 +281,6 @@ cdef CallSignature make_signature(TreeDef treedef, list leaf_keys, tuple static_
     sig.static_args = static_args
     sig.context = context
     sig.arg_names = arg_names
-    sig.flat_args = flat_args
     cdef Py_uhash_t h = hash_mix(XXPRIME_5, <Py_uhash_t>hash(treedef))
     cdef Py_ssize_t i, n = PyList_GET_SIZE(leaf_keys)
     for i in range(0, n, 3):

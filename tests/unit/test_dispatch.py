@@ -237,3 +237,54 @@ def test_method_call_binds_self():
     assert float(Scaler(3).scale(x)[0]) == 3.0
     assert float(Scaler(4).scale(x)[0]) == 4.0
     assert Scaler.scale._cache_size() == 2
+
+
+def test_keyword_calls_from_one_call_site_stay_right(sink):
+    f = fastdispatch.jit(lambda x, *, y, mode: x + y if mode == "add" else x * y,
+                         static_argnames="mode")
+    x, y = jnp.full(2, 3.0), jnp.full(2, 2.0)
+    modes = ["add", "add", "mul", "add", "mul", "mul"]
+    results = [float(f(x, y=y, mode=mode)[0]) for mode in modes]
+    assert results == [5.0, 5.0, 6.0, 5.0, 6.0, 6.0]
+    # Same names, another order, another call site: same executables.
+    assert float(f(x, mode="mul", y=y)[0]) == 6.0 and f._cache_size() == 2
+    # A static value of another type but equal (1 == 1.0 == True) is another key.
+    g = fastdispatch.jit(lambda x, *, n: x * n, static_argnames="n")
+    assert [g(x, n=n).dtype for n in (2, 2.0, 2)] == [jnp.float32] * 3
+    assert g._cache_size() == 2
+    assert {fallback for _, _, fallback, _ in sink.calls} == {None}
+
+
+def test_keyword_leaves_that_change_kind_leave_the_layout():
+    f = fastdispatch.jit(lambda x, *, y: jax.tree.map(lambda a: a + x, y))
+    x = jnp.ones(2)
+    assert float(f(x, y=jnp.zeros(2))[0]) == 1.0
+    assert float(f(x, y={"a": jnp.zeros(2)})["a"][0]) == 1.0
+    assert float(f(x, y=2.0)[0]) == 3.0
+    assert float(f(x, y=jnp.zeros(2))[0]) == 1.0
+    assert f._cache_size() == 3
+
+
+def test_static_keyword_whose_eq_raises_on_the_layout_path():
+    class Flaky:
+        calls = 0
+
+        def __hash__(self):
+            return 1
+
+        def __eq__(self, other):
+            Flaky.calls += 1
+            raise RuntimeError("no eq")
+
+    f = fastdispatch.jit(lambda x, *, option: x, static_argnames="option")
+    g = jax.jit(lambda x, *, option: x, static_argnames="option")
+    x = jnp.ones(1)
+    first = Flaky()
+    f(x, option=first)
+    assert f(x, option=first) is not None    # the very same object: no __eq__ needed
+    with pytest.raises(ValueError) as ours:
+        f(x, option=Flaky())
+    g(x, option=first)
+    with pytest.raises(ValueError) as theirs:
+        g(x, option=Flaky())
+    assert str(ours.value).split("\n")[0] == str(theirs.value).split("\n")[0]
