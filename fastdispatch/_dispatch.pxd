@@ -10,10 +10,11 @@ cdef extern from "Python.h":
 
 @cython.final
 cdef class CallLayout:
-    cdef object kwnames                    # the call's keyword names tuple, by identity; or None
+    cdef object kwnames                    # the call's keyword names (a tuple), or None
     cdef Py_ssize_t nargs                  # positional arguments
     cdef tuple leaf_index                  # argv index of each leaf, flatten order; None: 0..nargs-1
     cdef tuple static_index                # argv index of each static keyword, static_args order
+    cdef bint same_keywords(self, PyObject* kwnames)
     cdef tuple gather(self, PyObject** argv)
     cdef bint statics_match(self, PyObject** argv, tuple static_args)
 

@@ -160,7 +160,7 @@ cdef object _vectorcall(CompiledFunction self, PyObject** argv, size_t nargsf,
     cdef PyObject** items = argv
     cdef Py_ssize_t count = nargs
     if (layout is not None and not previous.entry.evicted and layout.nargs == nargs
-            and layout.kwnames is (None if kwnames == NULL else <object>kwnames)
+            and layout.same_keywords(kwnames)
             and _trace_state.value is _clean_trace_state
             and layout.statics_match(argv, previous.signature.static_args)):
         entry = previous.entry
@@ -191,11 +191,25 @@ cdef class CallLayout:
     """Where the leaves of a call sit in its argument array, for calls whose
     every argument is a leaf, e.g. ``f(x, y)`` or ``f(x, lr=0.1, mode="eval")``.
 
-    A call site passes the same keyword-names tuple on every call (CPython keeps
-    it with the code), so a call with that tuple object and as many positional
-    arguments has the previous call's structure: its leaves can be read from
-    the array, in jax's order (positional, then keywords by sorted name),
-    without flattening, and its static keyword values compared in place."""
+    A call with the same keyword names, in the same order, and as many
+    positional arguments has the previous call's structure: its leaves can be
+    read from the array, in jax's order (positional, then keywords by sorted
+    name), without flattening, and its static keyword values compared in place."""
+
+    cdef bint same_keywords(self, PyObject* kwnames):
+        # Names compared by address: identifiers are interned, and a call site
+        # passes the very same names (often the very same tuple) every time.
+        if kwnames == NULL or self.kwnames is None:
+            return kwnames == NULL and self.kwnames is None
+        cdef tuple names = <tuple>kwnames
+        cdef tuple known = <tuple>self.kwnames
+        cdef Py_ssize_t i, n = PyTuple_GET_SIZE(names)
+        if n != PyTuple_GET_SIZE(known):
+            return False
+        for i in range(n):
+            if PyTuple_GET_ITEM(names, i) != PyTuple_GET_ITEM(known, i):
+                return False
+        return True
 
     cdef tuple gather(self, PyObject** argv):
         cdef Py_ssize_t i, n = PyTuple_GET_SIZE(self.leaf_index)

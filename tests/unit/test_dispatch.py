@@ -246,6 +246,10 @@ def test_keyword_calls_from_one_call_site_stay_right(sink):
     modes = ["add", "add", "mul", "add", "mul", "mul"]
     results = [float(f(x, y=y, mode=mode)[0]) for mode in modes]
     assert results == [5.0, 5.0, 6.0, 5.0, 6.0, 6.0]
+    # Keywords unpacked from dicts (a new names tuple each call), either order.
+    unpacked = [float(f(x, **{"y": y, "mode": mode})[0]) for mode in modes]
+    unpacked += [float(f(x, **{"mode": mode, "y": y})[0]) for mode in modes]
+    assert unpacked == results * 2
     # Same names, another order, another call site: same executables.
     assert float(f(x, mode="mul", y=y)[0]) == 6.0 and f._cache_size() == 2
     # A static value of another type but equal (1 == 1.0 == True) is another key.
