@@ -28,6 +28,7 @@ from cpython.ref cimport Py_INCREF
 from cpython.sequence cimport PySequence_Fast_ITEMS
 from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE, PyTuple_New, PyTuple_SET_ITEM
 
+from fastdispatch._keys cimport same_items
 from fastdispatch._pytree cimport TreeDef, flatten_into
 from fastdispatch._signature cimport (
     CallSignature, LeafStatus, LEAVES_OK, LEAVES_TRACER, all_leaves, make_signature,
@@ -201,15 +202,7 @@ cdef class CallLayout:
         # passes the very same names (often the very same tuple) every time.
         if kwnames == NULL or self.kwnames is None:
             return kwnames == NULL and self.kwnames is None
-        cdef tuple names = <tuple>kwnames
-        cdef tuple known = <tuple>self.kwnames
-        cdef Py_ssize_t i, n = PyTuple_GET_SIZE(names)
-        if n != PyTuple_GET_SIZE(known):
-            return False
-        for i in range(n):
-            if PyTuple_GET_ITEM(names, i) != PyTuple_GET_ITEM(known, i):
-                return False
-        return True
+        return same_items(<tuple>kwnames, <tuple>self.kwnames)
 
     cdef tuple gather(self, PyObject** argv):
         cdef Py_ssize_t i, n = PyTuple_GET_SIZE(self.leaf_index)

@@ -35,7 +35,7 @@ from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE, PyTuple_New, PyTu
 from cpython.unicode cimport PyUnicode_Compare
 from libc.stdlib cimport bsearch, qsort
 
-from fastdispatch._hashing cimport Py_uhash_t, XXPRIME_5, hash_mix as _mix
+from fastdispatch._keys cimport Py_uhash_t, XXPRIME_5, hash_mix as _mix, same_items
 from fastdispatch._compile import dataclass_fields as _dataclass_fields, pytree_registry
 
 cdef extern from "Python.h":
@@ -369,18 +369,9 @@ cdef bint _is_atom(object value, int depth) noexcept:
 cdef inline bint _same_aux(object a, object b) noexcept:
     """Identical aux data, or tuples of identical items (register_dataclass makes a new
     meta tuple per call): reusing the old node then changes nothing observable."""
-    cdef Py_ssize_t i, n
     if a is b:
         return True
-    if type(a) is not tuple or type(b) is not tuple:
-        return False
-    n = PyTuple_GET_SIZE(a)
-    if n != PyTuple_GET_SIZE(b):
-        return False
-    for i in range(n):
-        if PyTuple_GET_ITEM(a, i) != PyTuple_GET_ITEM(b, i):
-            return False
-    return True
+    return type(a) is tuple and type(b) is tuple and same_items(<tuple>a, <tuple>b)
 
 
 # ----------------------------------------------------------------------------

@@ -18,7 +18,7 @@ from cpython.ref cimport Py_INCREF
 from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
 from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE
 
-from fastdispatch._hashing cimport Py_uhash_t, XXPRIME_5, hash_mix
+from fastdispatch._keys cimport Py_uhash_t, XXPRIME_5, hash_mix, same_items
 from fastdispatch._pytree cimport TreeDef
 from fastdispatch import _compile
 
@@ -162,7 +162,7 @@ cdef class CallSignature:
                            tuple context):
         if treedef is not self.treedef and not treedef.same_as(self.treedef):
             return False
-        if not _identical_tuple(context, self.context) and not _same_tuple(context, self.context):
+        if not _same_tuple(context, self.context):
             return False
         if static_args is not self.static_args:
             try:
@@ -179,7 +179,7 @@ cdef class CallSignature:
     cdef bint matches_leaves(self, PyObject** leaves, Py_ssize_t n, tuple context):
         if 3 * n != PyList_GET_SIZE(self.leaf_keys):
             return False
-        if not _identical_tuple(context, self.context) and not _same_tuple(context, self.context):
+        if not _same_tuple(context, self.context):
             return False
         cdef Py_ssize_t i
         for i in range(n):
@@ -252,22 +252,10 @@ cdef inline bint _leaf_matches(object leaf, list keys, Py_ssize_t i):
             and leaf.shape == <object>PyList_GET_ITEM(keys, 3 * i + 1))
 
 
-cdef inline bint _identical_tuple(tuple a, tuple b):
+cdef inline bint _same_tuple(tuple a, tuple b) except -1:
     # jax's trace context is a fresh tuple on every call, almost always of the
     # very same objects: compare pointers before paying for __eq__.
-    cdef Py_ssize_t i, n = PyTuple_GET_SIZE(a)
-    if a is b:
-        return True
-    if n != PyTuple_GET_SIZE(b):
-        return False
-    for i in range(n):
-        if PyTuple_GET_ITEM(a, i) != PyTuple_GET_ITEM(b, i):
-            return False
-    return True
-
-
-cdef inline bint _same_tuple(tuple a, tuple b) except -1:
-    return _identical_tuple(a, b) or a == b
+    return same_items(a, b) or a == b
 
 
 cdef CallSignature make_signature(TreeDef treedef, list leaf_keys, tuple static_args,
