@@ -13,20 +13,15 @@ import sys
 
 import numpy as np
 
-from cpython.object cimport PyObject, Py_TYPE
-from cpython.ref cimport Py_INCREF
+cimport cython
 from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
+from cpython.object cimport PyObject, Py_TYPE
 from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE
 
 from fastdispatch._keys cimport Py_uhash_t, XXPRIME_5, hash_mix, same_items
 from fastdispatch._pytree cimport TreeDef
 from fastdispatch import _compile
 
-cdef object _ARRAY = _compile.ARRAY_TYPE
-cdef object _KEY_ARRAY = _compile.KEY_ARRAY_TYPE
-cdef object _TRACER = _compile.TRACER_TYPE
-cdef str _SHARDING = sys.intern(_compile.SHARDING_ATTR)
-cdef str _COMMITTED = sys.intern(_compile.COMMITTED_ATTR)
 cdef extern from "Python.h":
     ctypedef PyObject* (*descrgetfunc)(PyObject*, PyObject*, PyObject*)
     ctypedef struct _TypeWithDescrGet "PyTypeObject":
@@ -34,7 +29,17 @@ cdef extern from "Python.h":
     void Py_DECREF(PyObject*)
     void PyErr_Clear()
 
+cdef object _ARRAY = _compile.ARRAY_TYPE
+cdef object _KEY_ARRAY = _compile.KEY_ARRAY_TYPE
+cdef object _TRACER = _compile.TRACER_TYPE
+cdef str _SHARDING = sys.intern(_compile.SHARDING_ATTR)
+cdef str _COMMITTED = sys.intern(_compile.COMMITTED_ATTR)
+cdef str _KEY_BUFFER = sys.intern(_compile.KEY_BUFFER_ATTR)
+cdef str _KEY_IMPL = sys.intern(_compile.KEY_IMPL_ATTR)
+cdef tuple _HOST_ARRAY_TYPES = (np.ndarray, np.generic)
 
+
+@cython.final
 cdef class _ArrayField:
     """One attribute of jax's Array type, read through its descriptor's C slot:
     ~10 ns a read against ~16 ns for getattr, which looks the name up in the
@@ -62,11 +67,8 @@ cdef _ArrayField _AVAL_FIELD = _ArrayField(_compile.array_descriptor("aval"))
 cdef _ArrayField _SHARDING_FIELD = _ArrayField(_compile.array_descriptor(_compile.SHARDING_ATTR))
 cdef _ArrayField _COMMITTED_FIELD = _ArrayField(_compile.array_descriptor(_compile.COMMITTED_ATTR))
 
-cdef str _KEY_BUFFER = sys.intern(_compile.KEY_BUFFER_ATTR)
-cdef str _KEY_IMPL = sys.intern(_compile.KEY_IMPL_ATTR)
-cdef tuple _HOST_ARRAY_TYPES = (np.ndarray, np.generic)
 
-
+@cython.final
 cdef class KeyTag:
     """The third key slot of a typed PRNG key: its implementation and whether
     it is committed.  Interned, so that the guard compares by identity."""
