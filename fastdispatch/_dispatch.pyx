@@ -349,6 +349,9 @@ cdef class CompiledFunction:
         ``kwnames``: the keyword names as the call spelled them, or None."""
         cdef long long flattened = 0, keyed = 0, found = 0
         cdef bint tracing = _trace_sink is not None
+        if self._entries is None:
+            raise TypeError("CompiledFunction was created without __init__: "
+                            "make one with fastdispatch.jit(fun)")
         if _trace_state.value is not _clean_trace_state:
             return self._slow(args, kwargs, "tracer", start, None)
         cdef PreviousCall previous = self._previous

@@ -292,3 +292,9 @@ def test_static_keyword_whose_eq_raises_on_the_layout_path():
     with pytest.raises(ValueError) as theirs:
         g(x, option=Flaky())
     assert str(ours.value).split("\n")[0] == str(theirs.value).split("\n")[0]
+
+
+def test_uninitialised_compiled_function_refuses_calls():
+    bare = fastdispatch.CompiledFunction.__new__(fastdispatch.CompiledFunction)
+    with pytest.raises(TypeError, match="created without __init__"):
+        bare(jnp.ones(1))
