@@ -29,7 +29,6 @@ cdef class CacheEntry:
 cdef class FunctionCache:
     cdef dict entries                      # CallSignature -> CacheEntry
     cdef CompiledFunctionCache shared      # the LRU this belongs to
-    cdef object key                        # this function's key in shared._functions
 
     cdef CacheEntry insert(self, CallSignature signature)
     cdef void remove(self, CacheEntry entry)

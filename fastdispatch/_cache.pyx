@@ -8,6 +8,7 @@ jit options that change compilation), so that two ``jit(f)`` objects of one
 clock stamped on each hit: a hit costs two integer writes, and the rare
 eviction scans for the oldest stamp (compiling dwarfs that scan).
 """
+import sys
 import threading
 import weakref
 from functools import partial
@@ -23,7 +24,7 @@ PICKLE_FORMAT = 1
 
 cdef object _ARRAY = _compile.ARRAY_TYPE
 cdef object _KEY_ARRAY = _compile.KEY_ARRAY_TYPE
-cdef object _key_array_buffer = _compile.key_array_buffer
+cdef str _KEY_BUFFER = sys.intern(_compile.KEY_BUFFER_ATTR)
 cdef object _put_scalar = _compile.put_scalar
 cdef object _consume = _compile.consume_with_handlers
 
@@ -152,7 +153,7 @@ cdef class CacheEntry:
                 if leaf_type is _ARRAY:
                     buffers.append(leaf)
                 elif leaf_type is _KEY_ARRAY:
-                    buffers.append(_key_array_buffer(leaf))
+                    buffers.append(getattr(leaf, _KEY_BUFFER))
                 else:
                     leaf = self.scalar_buffer(i, leaf)
                     if leaf is None:
@@ -286,7 +287,6 @@ cdef class CompiledFunctionCache:
             found = FunctionCache.__new__(FunctionCache)
             found.entries = {}
             found.shared = self
-            found.key = key
             self._functions[key] = found
         return found
 

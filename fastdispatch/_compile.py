@@ -134,8 +134,9 @@ def array_descriptor(name: str):
 
 
 def key_array_buffer(key):
-    """The physical uint32 array behind a typed PRNG key: what the executable takes."""
-    return key._base_array
+    """The physical uint32 array behind a typed PRNG key: what the executable
+    takes.  (The hot path reads the same attribute through KEY_BUFFER_ATTR.)"""
+    return getattr(key, KEY_BUFFER_ATTR)
 
 
 def key_aval_text(impl, base_aval) -> str:
@@ -253,7 +254,7 @@ def raw_runner(compiled: jax.stages.Compiled, *args, **kwargs):
     # _in_shardings lists the kept inputs only, in order.
     for i, sharding in zip(kept, mesh_executable._in_shardings):
         leaf = jax.device_put(leaves[i], sharding)
-        buffers.append(getattr(leaf, "_base_array", leaf))
+        buffers.append(key_array_buffer(leaf) if type(leaf) is KEY_ARRAY_TYPE else leaf)
     executable = mesh_executable.xla_executable
     handlers = call.out_handler.handlers
 
@@ -280,7 +281,7 @@ def slow_path_reason() -> str | None:
         return "no_tracing"
     if _config.no_execution.value:
         return "no_execution"
-    if not _core.trace_state_clean():
+    if not trace_state_is_clean():
         return "tracer"
     return None
 

@@ -75,10 +75,6 @@ def set_trace_sink(sink):
     _trace_sink = sink
 
 
-def get_trace_sink():
-    return _trace_sink
-
-
 def set_post_hook(hook, *, thread_local=False):
     """Call ``hook(function, args, kwargs, output)`` after every call.
 
