@@ -4,7 +4,7 @@
 """
 from fastdispatch._cache import CompiledFunctionCache, default_cache
 from fastdispatch._dispatch import CompiledFunction, jit, set_post_hook
-from fastdispatch.trace import assert_max_compiles, stats, trace
+from fastdispatch.tracing import assert_max_compiles, stats, trace
 
 __all__ = [
     "CompiledFunction",

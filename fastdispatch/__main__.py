@@ -132,8 +132,7 @@ def start_tracing(options):
     """Switch tracing on; report and save from an atexit hook, which Python
     runs after the program's threads finished and after its own atexit hooks
     (registered later, so run earlier)."""
-    # (`fastdispatch.trace` is the trace() function: import from the module.)
-    from fastdispatch.trace import start, stop
+    from fastdispatch.tracing import start, stop
     t = start()
     # Resolved now: the program may change directory.
     trace_out = os.path.abspath(options.trace_out) if options.trace_out else None

@@ -6,97 +6,21 @@ Entries are grouped per function, keyed weakly by the Python function (and the
 jit options that change compilation), so that two ``jit(f)`` objects of one
 ``f`` share executables and the entries go when ``f`` dies.  The LRU order is a
 clock stamped on each hit: a hit costs two integer writes, and the rare
-eviction scans for the oldest stamp (compiling dwarfs that scan).
+eviction scans for the oldest stamp (compiling dwarfs that scan).  Every
+counter is written here, by the methods of FunctionCache.
 """
-import sys
 import threading
 import weakref
 from functools import partial
 
-from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
-from libc.string cimport memcpy
-
-from fastdispatch._pytree cimport TreeDef, flatten_into
-from fastdispatch import _compile
+from fastdispatch._execute cimport Executable
+from fastdispatch._signature cimport CallSignature
 
 # Bump when the pickled form of CompiledFunctionCache changes.
 PICKLE_FORMAT = 1
 
-cdef object _ARRAY = _compile.ARRAY_TYPE
-cdef object _KEY_ARRAY = _compile.KEY_ARRAY_TYPE
-cdef str _KEY_BUFFER = sys.intern(_compile.KEY_BUFFER_ATTR)
-cdef object _put_scalar = _compile.put_scalar
-cdef object _consume = _compile.consume_with_handlers
-
-# CacheEntry.run's answer when jax.jit must take the call after all.
-DELEGATE = object()
-
-# Distinct Python scalar values an entry keeps on device for reuse.
-MAX_REUSED_SCALARS = 64
-
-cdef object _RuntimeError = _compile.RUNTIME_ERROR
-
-
-cdef object _as_jit_error(error):
-    # jax.jit's C++ dispatch reports a deleted or donated input as ValueError;
-    # executing directly gives PjRt's JaxRuntimeError.  Same message, jax's type
-    # (other PjRt errors stay JaxRuntimeError in jax.jit too).
-    message = str(error)
-    if "Buffer has been deleted or donated" in message:
-        return ValueError(message)
-    return error
-
-
 # Every live cache, for CompiledFunctionCache.clear_all().
 _live_caches = weakref.WeakSet()
-
-
-cdef object _scalar_bits(object value):
-    # A new int holding the scalar's exact bits (0.0 and -0.0 differ), or None
-    # when the value is not worth keeping (complex, an int beyond 64 bits).
-    cdef double real
-    cdef long long bits
-    value_type = type(value)
-    if value_type is float:
-        real = value
-        memcpy(&bits, &real, sizeof(bits))
-        return bits
-    if value_type is int or value_type is bool:
-        try:
-            bits = value
-        except OverflowError:
-            return None
-        return bits
-    return None
-
-
-cdef class _Marker:
-    # A stand-in leaf, to read the order in which a tree flattens.
-    cdef Py_ssize_t index
-
-
-cdef TreeDef _our_treedef(jax_treedef):
-    """Our TreeDef for jax's, or None when the two would not agree exactly
-    (a registered type whose constructor refuses stand-in leaves, say)."""
-    cdef Py_ssize_t i, n = jax_treedef.num_leaves
-    cdef list markers = []
-    cdef _Marker marker
-    for i in range(n):
-        marker = _Marker.__new__(_Marker)
-        marker.index = i
-        markers.append(marker)
-    try:
-        tree = jax_treedef.unflatten(markers)
-    except Exception:
-        return None
-    cdef list leaves = []
-    cdef TreeDef treedef = flatten_into(tree, leaves)
-    if len(leaves) != n:
-        return None
-    for i in range(n):
-        if leaves[i] is not markers[i]:
-            return None
-    return treedef
 
 
 cdef class CacheEntry:
@@ -108,95 +32,28 @@ cdef class CacheEntry:
 
     def __cinit__(self):
         self.done = threading.Event()
-        self.slow_reason = None
-        self.compile_error = None
 
-    def fill(self, compiled, list leaves, double seconds, bint donates=False):
-        """Take what the fast path needs from a jax.stages.Compiled."""
-        self.compile_seconds = seconds
-        self.reuse_scalar_buffers = not donates
-        if compiled.in_tree.num_leaves != len(leaves):
-            # Never expected: our flattening of the arguments must be jax's.
-            self.slow_reason = "arguments flatten differently from jax"
-            return
-        parts = _compile.fast_path(compiled, leaves)
-        if isinstance(parts, str):
-            self.slow_reason = parts
-            return
-        self.execute = parts.execute
-        self.out_handlers = parts.out_handlers
-        self.jax_out_treedef = parts.out_treedef
-        self.out_treedef = _our_treedef(parts.out_treedef)
-        self.single_output = (self.out_treedef is not None and self.out_treedef.num_nodes == 1
-                              and self.out_treedef.num_leaves == 1)
-        self.kept = parts.kept
-        self.scalar_inputs = parts.scalar_inputs
-        self.scalar_buffers = {}
-        self.takes_leaves_as_is = (
-            len(self.kept) == len(leaves)
-            and all(type(leaf) is _ARRAY for leaf in leaves))
+    def __init__(self, *args, **kwargs):
+        raise TypeError("CacheEntry is made by the cache, not directly")
 
-    cdef object run(self, object leaves):
-        """Execute on the call's flat leaves and rebuild the output tree.
-
-        Returns DELEGATE when a Python scalar does not convert (an int too
-        large for int32, say): jax.jit then raises its own error."""
-        cdef object buffers   # the leaves themselves (list or tuple), or a new list
-        cdef Py_ssize_t i
-        if self.takes_leaves_as_is:
-            buffers = leaves
-        else:
-            buffers = []
-            for i in self.kept:
-                leaf = leaves[i]
-                leaf_type = type(leaf)
-                if leaf_type is _ARRAY:
-                    buffers.append(leaf)
-                elif leaf_type is _KEY_ARRAY:
-                    buffers.append(getattr(leaf, _KEY_BUFFER))
-                else:
-                    leaf = self.scalar_buffer(i, leaf)
-                    if leaf is None:
-                        return DELEGATE
-                    buffers.append(leaf)
-        try:
-            outputs = _consume(self.execute(buffers), self.out_handlers)
-        except _RuntimeError as error:
-            raise _as_jit_error(error)
-        if self.single_output:
-            return <object>PyList_GET_ITEM(outputs, 0)
-        if self.out_treedef is not None:
-            return self.out_treedef.unflatten(outputs)
-        return self.jax_out_treedef.unflatten(outputs)
-
-    cdef object scalar_buffer(self, Py_ssize_t index, object value):
-        """A device array for a Python scalar argument, or None if it won't convert.
-
-        Constants (a learning rate passed every step) are converted once and
-        reused: arrays are immutable, unless donated, so functions that donate
-        convert every time.  Reuse is keyed by the value's bits, never by the
-        caller's object, so that no argument outlives its call."""
-        key = _scalar_bits(value) if self.reuse_scalar_buffers else None
-        if key is not None:
-            key = (index, key)
-            found = self.scalar_buffers.get(key)
-            if found is not None:
-                return found
-        try:
-            buffer = _put_scalar(value, self.scalar_inputs[index])
-        except (OverflowError, TypeError, ValueError):
-            return None
-        if key is not None and len(self.scalar_buffers) < MAX_REUSED_SCALARS:
-            self.scalar_buffers[key] = buffer
-        return buffer
+    cdef int wait(self, object function) except -1:
+        if not self.finished:
+            if self.compiling_thread == threading.get_ident():
+                raise RecursionError(
+                    f"{getattr(function, '__name__', function)!r}: called again with the same argument types while compiling "
+                    "for them (recursive call from the compiling thread)")
+            self.done.wait()
+        if self.compile_error is not None:
+            raise self.compile_error
+        return 0
 
     @property
     def is_fast(self):
         """True when the dispatcher runs this entry itself, without jax."""
-        return self.done.is_set() and self.compile_error is None and self.slow_reason is None
+        return self.executable is not None
 
     def __repr__(self):
-        state = ("compiling" if not self.done.is_set() else
+        state = ("compiling" if not self.finished else
                  f"failed: {self.compile_error!r}" if self.compile_error is not None else
                  f"slow path: {self.slow_reason}" if self.slow_reason is not None else
                  "fast path")
@@ -219,6 +76,24 @@ cdef class FunctionCache:
         while shared._size > shared._capacity:
             shared.evict_least_recent()
         return entry
+
+    cdef void complete(self, CacheEntry entry, object built, double seconds):
+        """Compiling ended well: ``built`` is the Executable, or why jax runs it."""
+        if isinstance(built, Executable):
+            entry.executable = <Executable>built
+        else:
+            entry.slow_reason = built
+        entry.compile_seconds = seconds
+        self.shared._compile_seconds += seconds
+        entry.finished = True
+        entry.done.set()
+
+    cdef void fail(self, CacheEntry entry, object error):
+        """Compiling raised: no broken entry stays behind, waiters see ``error``."""
+        entry.compile_error = error
+        self.remove(entry)
+        entry.finished = True
+        entry.done.set()
 
     cdef void remove(self, CacheEntry entry):
         if self.entries.get(entry.signature) is entry:

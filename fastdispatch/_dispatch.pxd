@@ -8,15 +8,34 @@ cdef extern from "Python.h":
     ctypedef PyObject* (*vectorcallfunc)(PyObject* callable, PyObject* const* args,
                                          size_t nargsf, PyObject* kwnames)
 
+# One call as Python made it (PEP 590): the arguments stay in the caller's array.
+cdef struct Call:
+    PyObject** argv        # the positional arguments, then the keyword values
+    size_t nargsf          # the positional count, with PEP 590's offset flag
+    PyObject* kwnames      # the keyword names (a tuple), or NULL
+
+# The clock readings of one traced call; the report's phases lie between them.
+cdef struct CallTimes:
+    long long start        # the call arrived
+    long long flattened    # its leaves and structure are known
+    long long keyed        # its signature is known (or the guard passed)
+    long long found        # its entry is found (or its compile began)
+    long long launched     # the executable returned (or the compile ended)
+    long long end          # the output is ready
+
+
 @cython.final
 cdef class CallLayout:
     cdef object kwnames                    # the call's keyword names (a tuple), or None
     cdef Py_ssize_t nargs                  # positional arguments
     cdef tuple leaf_index                  # argv index of each leaf, flatten order; None: 0..nargs-1
     cdef tuple static_index                # argv index of each static keyword, static_args order
-    cdef bint same_keywords(self, PyObject* kwnames)
-    cdef tuple gather(self, PyObject** argv)
-    cdef bint statics_match(self, PyObject** argv, tuple static_args)
+    # The leaves of a call laid out like this one whose leaves and static
+    # keywords pass the signature's guard; else None.
+    cdef object guard(self, Call* call, CallSignature signature, tuple context)
+    cdef bint _same_keywords(self, PyObject* kwnames)
+    cdef tuple _gather(self, PyObject** argv)
+    cdef bint _statics_match(self, PyObject** argv, tuple static_args)
 
 
 @cython.final
@@ -43,18 +62,15 @@ cdef class CompiledFunction:
     cdef dict __dict__                     # as functools.wraps fills it
     cdef object __weakref__
 
-    cdef object _call(self, tuple args, dict kwargs, tuple context, long long start,
-                      object kwnames)
+    cdef object _call(self, Call* call)
+    cdef object _general(self, Call* call, tuple context, CallTimes* times)
+    cdef object _run(self, CacheEntry entry, object leaves, Call* call, CallTimes* times)
+    cdef object _compile(self, CacheEntry entry, tuple args, dict kwargs, list leaves,
+                         Call* call, CallTimes* times)
+    cdef object _fallback(self, Call* call, str reason, CallTimes* times, CallSignature signature)
+    cdef object _returned(self, Call* call, object out)
+    cdef void _record(self, CallTimes* times, bint hit, long long compile_ns, object reason,
+                      CallSignature signature)
     cdef void _remember(self, CacheEntry entry, CallSignature signature, tuple args,
-                        dict kwargs, object kwnames)
-    cdef object _execute(self, CacheEntry entry, object leaves, long long start,
-                         long long flattened, long long keyed, long long found)
-    cdef object _slow_vectorcall(self, PyObject** argv, size_t nargsf, PyObject* kwnames,
-                                 str reason, long long start, object signature)
+                        dict kwargs, PyObject* kwnames)
     cdef tuple _split_static(self, tuple args, dict kwargs)
-    cdef object _run(self, CacheEntry entry, object leaves, tuple args, dict kwargs,
-                     long long start, long long flattened, long long keyed, long long found)
-    cdef object _slow(self, tuple args, dict kwargs, str reason, long long start,
-                      object signature)
-    cdef object _compile_and_run(self, CacheEntry entry, tuple args, dict kwargs,
-                                 list leaves, long long start, object kwnames)

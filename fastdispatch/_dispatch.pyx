@@ -3,7 +3,7 @@
 
 One call, as data flows (docs/architecture.md):
   1. state      jax's trace context; a transformation tracing right now? -> jax
-  2. guard      f(a, b, ...) with leaves of the previous call's kinds, checked
+  2. guard      f(a, b, ...) laid out as the previous call, its leaves checked
                 in the caller's argument array (vectorcall): on to 5
   3. flatten    static args split off; dynamic args -> leaves + TreeDef;
      signature  the same identity guard, else a CallSignature looked up in our
@@ -11,11 +11,13 @@ One call, as data flows (docs/architecture.md):
   4. miss       one thread runs the call through jax.jit, then takes its
                 executable from jax.jit(fun).lower(...).compile();
                 the others wait on the entry's event
-  5. execute    execute_sharded(leaves).consume_with_handlers(out_handlers)
-  6. unflatten  the output tree; post hook; trace event
+  5. execute    the entry's Executable (execute layer)
+  6. return     post hook; trace event
 
-Whatever the fast path cannot run, jax.jit itself runs (``_slow``), with the
-reason recorded for ``--trace``; so results never differ from jax.jit's.
+Python calls arrive through the vectorcall slot, the only way in (``__call__``
+forwards to it).  Whatever the fast path cannot run, jax.jit itself runs
+(``_fallback``), with the reason recorded for ``--trace``; so results never
+differ from jax.jit's.
 """
 import functools
 import inspect
@@ -28,38 +30,33 @@ from cpython.ref cimport Py_INCREF
 from cpython.sequence cimport PySequence_Fast_ITEMS
 from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE, PyTuple_New, PyTuple_SET_ITEM
 
+from fastdispatch._cache cimport CacheEntry, CompiledFunctionCache, FunctionCache
+from fastdispatch._clock cimport now_ns
+from fastdispatch._execute cimport make_executable
 from fastdispatch._keys cimport same_items
 from fastdispatch._pytree cimport TreeDef, flatten_into
 from fastdispatch._signature cimport (
-    CallSignature, LeafStatus, LEAVES_OK, LEAVES_TRACER, all_leaves, make_signature,
-    read_leaf_keys)
-from fastdispatch._cache cimport CacheEntry, CompiledFunctionCache, FunctionCache
-from fastdispatch._cache import DELEGATE, default_cache
-from fastdispatch import _compile
+    CallSignature, LeafKind, LEAF_HOST, LEAF_TRACER, classify_leaf, make_signature)
+from fastdispatch._cache import default_cache
+from fastdispatch._execute import DELEGATE
+from fastdispatch import _jax
+
+cdef extern from "Python.h":
+    Py_ssize_t PyVectorcall_NARGS(size_t nargsf)
+    object PyObject_Vectorcall(object callable, PyObject** args, size_t nargsf,
+                               PyObject* kwnames)
+    unsigned long Py_TPFLAGS_HAVE_VECTORCALL
+    ctypedef struct _VectorcallType "PyTypeObject":
+        Py_ssize_t tp_vectorcall_offset
+        unsigned long tp_flags
 
 
-cdef extern from "<time.h>" nogil:
-    ctypedef long time_t
-    cdef struct timespec:
-        time_t tv_sec
-        long tv_nsec
-    int clock_gettime(int clock_id, timespec* tp)
-    int CLOCK_MONOTONIC
+cdef object _trace_context = _jax.trace_context
+cdef object _trace_state = _jax.TRACE_STATE
+cdef object _clean_trace_state = _jax.CLEAN_TRACE_STATE
+cdef object _slow_path_reason = _jax.slow_path_reason
 
-
-cdef inline long long _now_ns() noexcept nogil:
-    # The clock of time.perf_counter_ns() on Linux, without a Python call.
-    cdef timespec ts
-    clock_gettime(CLOCK_MONOTONIC, &ts)
-    return <long long>ts.tv_sec * 1000000000 + ts.tv_nsec
-
-
-cdef object _trace_context = _compile.trace_context
-cdef object _trace_state = _compile.TRACE_STATE
-cdef object _clean_trace_state = _compile.CLEAN_TRACE_STATE
-cdef object _slow_path_reason = _compile.slow_path_reason
-
-# Tracing: a C-level flag checked once per call; see fastdispatch.trace.
+# Tracing: a C-level flag checked once per call; see fastdispatch.tracing.
 cdef object _trace_sink = None
 
 # Post hooks: the global one, and a count of threads that set their own so
@@ -100,6 +97,12 @@ cdef inline object _current_post_hook():
     return _global_post_hook
 
 
+def _call_post_hook(CompiledFunction fn, tuple args, dict kwargs, out):
+    hook = _current_post_hook()
+    if hook is not None:
+        hook(fn, args, {} if kwargs is _NO_KWARGS else kwargs, out)
+
+
 # The dynamic kwargs of a call with no keyword arguments, or only static ones;
 # never mutated, and never handed to user code (the post hook gets a new dict).
 cdef dict _NO_KWARGS = {}
@@ -107,16 +110,6 @@ cdef dict _NO_KWARGS = {}
 
 def _first(triple):
     return triple[0]
-
-
-cdef extern from "Python.h":
-    Py_ssize_t PyVectorcall_NARGS(size_t nargsf)
-    object PyObject_Vectorcall(object callable, PyObject** args, size_t nargsf,
-                               PyObject* kwnames)
-    unsigned long Py_TPFLAGS_HAVE_VECTORCALL
-    ctypedef struct _VectorcallType "PyTypeObject":
-        Py_ssize_t tp_vectorcall_offset
-        unsigned long tp_flags
 
 
 cdef tuple _tuple_from_array(PyObject** items, Py_ssize_t n):
@@ -139,48 +132,11 @@ cdef dict _kwargs_from_array(PyObject** items, Py_ssize_t nargs, PyObject* kwnam
     return kwargs
 
 
-cdef object _vectorcall(CompiledFunction self, PyObject** argv, size_t nargsf,
-                        PyObject* kwnames):
-    """Python's way into a call (PEP 590).  The arguments stay in the caller's
-    array: a call laid out as the previous one (CallLayout) takes its leaves
-    from there, guards them, and runs, with no tuple or dict built for a
-    positional call; a call jax must run reaches it the same way."""
-    cdef Py_ssize_t nargs = PyVectorcall_NARGS(nargsf)
-    cdef long long start = 0, now = 0
-    if _trace_sink is not None:
-        start = _now_ns()
-    context = _trace_context()
-    cdef PreviousCall previous = self._previous
-    cdef CallLayout layout = previous.layout if previous is not None else None
-    cdef CacheEntry entry
-    cdef object leaves
-    cdef PyObject** items = argv
-    cdef Py_ssize_t count = nargs
-    if (layout is not None and not previous.entry.evicted and layout.nargs == nargs
-            and layout.same_keywords(kwnames)
-            and _trace_state.value is _clean_trace_state
-            and layout.statics_match(argv, previous.signature.static_args)):
-        entry = previous.entry
-        if layout.leaf_index is not None:
-            leaves = layout.gather(argv)
-            items = PySequence_Fast_ITEMS(leaves)
-            count = PyTuple_GET_SIZE(leaves)
-        if previous.signature.matches_leaves(items, count, context):
-            if entry.slow_reason is not None:
-                self._entries.touch(entry)
-                return self._slow_vectorcall(argv, nargsf, kwnames, entry.slow_reason,
-                                             start, entry.signature)
-            if layout.leaf_index is None:
-                leaves = _tuple_from_array(argv, nargs)
-            if _global_post_hook is None and not _thread_post_hooks:
-                if _trace_sink is not None:
-                    now = _now_ns()
-                out = self._execute(entry, leaves, start, now, now, now)
-                if out is not DELEGATE:
-                    return out
-    return self._call(_tuple_from_array(argv, nargs),
-                      _kwargs_from_array(argv, nargs, kwnames), context, start,
-                      None if kwnames == NULL else <object>kwnames)
+cdef inline bint _all_keyable(tuple values):
+    for value in values:
+        if classify_leaf(value) > LEAF_HOST:
+            return False
+    return True
 
 
 @cython.final
@@ -193,14 +149,31 @@ cdef class CallLayout:
     read from the array, in jax's order (positional, then keywords by sorted
     name), without flattening, and its static keyword values compared in place."""
 
-    cdef bint same_keywords(self, PyObject* kwnames):
+    cdef object guard(self, Call* call, CallSignature signature, tuple context):
+        cdef Py_ssize_t nargs = PyVectorcall_NARGS(call.nargsf)
+        cdef tuple leaves
+        if nargs != self.nargs or not self._same_keywords(call.kwnames):
+            return None
+        if not self._statics_match(call.argv, signature.static_args):
+            return None
+        if self.leaf_index is None:
+            if not signature.matches_leaves(call.argv, nargs, context):
+                return None
+            return _tuple_from_array(call.argv, nargs)
+        leaves = self._gather(call.argv)
+        if not signature.matches_leaves(PySequence_Fast_ITEMS(leaves),
+                                        PyTuple_GET_SIZE(leaves), context):
+            return None
+        return leaves
+
+    cdef bint _same_keywords(self, PyObject* kwnames):
         # Names compared by address: identifiers are interned, and a call site
         # passes the very same names (often the very same tuple) every time.
         if kwnames == NULL or self.kwnames is None:
             return kwnames == NULL and self.kwnames is None
         return same_items(<tuple>kwnames, <tuple>self.kwnames)
 
-    cdef tuple gather(self, PyObject** argv):
+    cdef tuple _gather(self, PyObject** argv):
         cdef Py_ssize_t i, n = PyTuple_GET_SIZE(self.leaf_index)
         cdef tuple leaves = PyTuple_New(n)
         cdef object item
@@ -210,7 +183,7 @@ cdef class CallLayout:
             PyTuple_SET_ITEM(leaves, i, item)
         return leaves
 
-    cdef bint statics_match(self, PyObject** argv, tuple static_args):
+    cdef bint _statics_match(self, PyObject** argv, tuple static_args):
         # static_args holds (name, type, value) triples in static_index's order.
         cdef Py_ssize_t i
         for i in range(PyTuple_GET_SIZE(self.static_index)):
@@ -236,7 +209,7 @@ cdef CallLayout _layout_of(tuple args, dict kwargs, object kwnames,
     for i in range(0, PyTuple_GET_SIZE(static_args), 3):
         if type(<object>PyTuple_GET_ITEM(static_args, i)) is int:   # a static position
             return None
-    if not all_leaves(args):
+    if not _all_keyable(args):
         return None
     cdef CallLayout layout = CallLayout.__new__(CallLayout)
     cdef Py_ssize_t nargs = PyTuple_GET_SIZE(args)
@@ -246,7 +219,7 @@ cdef CallLayout _layout_of(tuple args, dict kwargs, object kwnames,
     layout.static_index = ()
     if kwnames is not None:
         dynamic = sorted(name for name in kwnames if name not in static_names)
-        if not all_leaves(tuple([kwargs[name] for name in dynamic])):
+        if not _all_keyable(tuple([kwargs[name] for name in dynamic])):
             return None
         layout.leaf_index = tuple(range(nargs)) + tuple(
             nargs + kwnames.index(name) for name in dynamic)
@@ -291,6 +264,16 @@ def _positional_names(fun):
                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD))
 
 
+cdef object _vectorcall(CompiledFunction self, PyObject** argv, size_t nargsf,
+                        PyObject* kwnames):
+    # The type's PEP 590 slot: Python's way into every call.
+    cdef Call call
+    call.argv = argv
+    call.nargsf = nargsf
+    call.kwnames = kwnames
+    return self._call(&call)
+
+
 @cython.final
 cdef class CompiledFunction:
     """A function compiled by ``fastdispatch.jit``: call it as the function.
@@ -300,13 +283,16 @@ cdef class CompiledFunction:
     call between Python and the executable.
     """
 
+    def __cinit__(self):
+        self._vectorcall_slot = <vectorcallfunc>_vectorcall
+
     def __init__(self, fun, dict options=None, cache=None):
         options = {} if options is None else options
         if cache is not None and not isinstance(cache, CompiledFunctionCache):
             raise TypeError(
                 f"jit: cache must be a fastdispatch.CompiledFunctionCache, got {cache!r}")
         # jax.jit validates fun and every option, with its own messages.
-        self._jitted = _compile.jax_jit(fun, **options)
+        self._jitted = _jax.jax_jit(fun, **options)
         self.fun = fun
         self._options = options
         self._cache = default_cache() if cache is None else cache
@@ -316,7 +302,7 @@ cdef class CompiledFunction:
         except TypeError:
             options_key = object()   # unhashable option: this object's entries only
         self._entries = self._cache.function_cache(fun, options_key)
-        resolved = _compile.resolved_arguments(self._jitted)
+        resolved = _jax.resolved_arguments(self._jitted)
         self._static_argnums = resolved.static_argnums
         self._static_argnames = frozenset(resolved.static_argnames)
         self._has_static = bool(self._static_argnums or self._static_argnames)
@@ -329,30 +315,44 @@ cdef class CompiledFunction:
 
     # -- the hot path ------------------------------------------------------
 
-    def __cinit__(self):
-        self._vectorcall_slot = <vectorcallfunc>_vectorcall
-
     def __call__(self, *args, **kwargs):
-        # Reached through PyObject_Call only (functools.partial, say): Python
-        # calls arrive through the vectorcall slot, _vectorcall.
-        cdef long long start = _now_ns() if _trace_sink is not None else 0
-        return self._call(args, kwargs, _trace_context(), start,
-                          tuple(kwargs) if kwargs else None)
+        # Reached through PyObject_Call only (functools.partial, say): the
+        # arguments are laid out as a vectorcall would pass them.
+        cdef tuple values = args + tuple(kwargs.values()) if kwargs else args
+        cdef tuple names = tuple(kwargs) if kwargs else None
+        cdef Call call
+        call.argv = PySequence_Fast_ITEMS(values)
+        call.nargsf = PyTuple_GET_SIZE(args)
+        call.kwnames = <PyObject*>names if names is not None else NULL
+        return self._call(&call)
 
-    cdef object _call(self, tuple args, dict kwargs, tuple context, long long start,
-                      object kwnames):
-        """The general path: static split, flatten, guard or lookup, run.
-        ``kwnames``: the keyword names as the call spelled them, or None."""
-        cdef long long flattened = 0, keyed = 0, found = 0
-        cdef bint tracing = _trace_sink is not None
+    cdef object _call(self, Call* call):
+        """Steps 1 and 2: jax's state, then the guard on the argument array."""
+        cdef CallTimes times
+        times.start = times.flattened = times.keyed = times.found = 0
+        times.launched = times.end = 0
+        if _trace_sink is not None:
+            times.start = now_ns()
         if self._entries is None:
             raise TypeError("CompiledFunction was created without __init__: "
                             "make one with fastdispatch.jit(fun)")
+        context = _trace_context()
         if _trace_state.value is not _clean_trace_state:
-            return self._slow(args, kwargs, "tracer", start, None)
+            return self._fallback(call, "tracer", &times, None)
         cdef PreviousCall previous = self._previous
-        cdef CacheEntry entry = previous.entry if previous is not None else None
+        if previous is not None and previous.layout is not None and not previous.entry.evicted:
+            leaves = previous.layout.guard(call, previous.signature, context)
+            if leaves is not None:
+                if _trace_sink is not None:
+                    times.flattened = times.keyed = times.found = now_ns()
+                return self._run(previous.entry, leaves, call, &times)
+        return self._general(call, context, &times)
 
+    cdef object _general(self, Call* call, tuple context, CallTimes* times):
+        """Steps 3 and 4: split, flatten, guard or look up, compile on a miss."""
+        cdef Py_ssize_t nargs = PyVectorcall_NARGS(call.nargsf)
+        cdef tuple args = _tuple_from_array(call.argv, nargs)
+        cdef dict kwargs = _kwargs_from_array(call.argv, nargs, call.kwnames)
         cdef tuple dynamic_args = args
         cdef dict dynamic_kwargs = kwargs
         cdef tuple static_args = ()
@@ -360,94 +360,136 @@ cdef class CompiledFunction:
             dynamic_args, dynamic_kwargs, static_args = self._split_static(args, kwargs)
         cdef list leaves = []
         cdef TreeDef treedef = flatten_into((dynamic_args, dynamic_kwargs), leaves)
-        if tracing:
-            flattened = _now_ns()
+        if _trace_sink is not None:
+            times.flattened = now_ns()
 
-        cdef CallSignature signature
-        cdef list keys
-        cdef LeafStatus status
         # The guard compares with the previous call's own objects, not the
         # entry's: a training loop feeds back outputs whose avals differ (by
         # identity) from those of the arrays it was first called with.
-        if (entry is not None and not entry.evicted
+        cdef PreviousCall previous = self._previous
+        if (previous is not None and not previous.entry.evicted
                 and previous.signature.matches_call(treedef, leaves, static_args, context)):
-            if tracing:
-                keyed = found = _now_ns()
-        else:
-            keys = []
-            status = read_leaf_keys(leaves, keys)
-            if status != LEAVES_OK:
-                return self._slow(args, kwargs,
-                                  "tracer" if status == LEAVES_TRACER else "unsupported_leaf",
-                                  start, None)
-            try:
-                signature = make_signature(treedef, keys, static_args, context,
-                                           self._dynamic_arg_names)
-            except Exception:
-                # An unhashable static argument: jax raises its own error.
-                return self._slow(args, kwargs, "static_argument_error", start, None)
-            if tracing:
-                keyed = _now_ns()
-            try:
-                entry = self._entries.entries.get(signature)
-            except Exception:
-                # A static argument's __eq__ raised: jax reports it its way.
-                return self._slow(args, kwargs, "static_argument_error", start, signature)
-            if entry is None:
-                reason = _slow_path_reason()
-                if reason is not None:
-                    return self._slow(args, kwargs, reason, start, signature)
-                entry = self._entries.insert(signature)
-                return self._compile_and_run(entry, args, kwargs, leaves, start, kwnames)
-            if not entry.done.is_set():
-                if entry.compiling_thread == threading.get_ident():
-                    raise RecursionError(
-                        f"{getattr(self, '__name__', self)!r}: called again with the same argument types "
-                        "while compiling for them (recursive call from the compiling thread)")
-                entry.done.wait()
-            if entry.compile_error is not None:
-                raise entry.compile_error
-            if tracing:
-                found = _now_ns()
-            self._remember(entry, signature, args, kwargs, kwnames)
+            if _trace_sink is not None:
+                times.keyed = times.found = now_ns()
+            return self._run(previous.entry, leaves, call, times)
 
-        return self._run(entry, leaves, args, kwargs, start, flattened, keyed, found)
+        cdef CallSignature signature
+        cdef LeafKind refused = LEAF_HOST
+        try:
+            signature = make_signature(treedef, leaves, static_args, context,
+                                       self._dynamic_arg_names, &refused)
+        except Exception:
+            # An unhashable static argument: jax raises its own error.
+            return self._fallback(call, "static_argument_error", times, None)
+        if signature is None:
+            return self._fallback(
+                call, "tracer" if refused == LEAF_TRACER else "unsupported_leaf", times, None)
+        if _trace_sink is not None:
+            times.keyed = now_ns()
+        cdef CacheEntry entry
+        try:
+            entry = self._entries.entries.get(signature)
+        except Exception:
+            # A static argument's __eq__ raised: jax reports it its way.
+            return self._fallback(call, "static_argument_error", times, signature)
+        if entry is None:
+            reason = _slow_path_reason()
+            if reason is not None:
+                return self._fallback(call, reason, times, signature)
+            entry = self._entries.insert(signature)
+            return self._compile(entry, args, kwargs, leaves, call, times)
+        entry.wait(self)
+        if _trace_sink is not None:
+            times.found = now_ns()
+        self._remember(entry, signature, args, kwargs, call.kwnames)
+        return self._run(entry, leaves, call, times)
+
+    cdef object _run(self, CacheEntry entry, object leaves, Call* call, CallTimes* times):
+        """Step 5, a hit: the entry's executable runs, or jax for an entry it must run."""
+        self._entries.touch(entry)
+        if entry.executable is None:
+            # An entry jax runs (numpy arguments, effects): still a hit, found
+            # by the guard, so the hand-off costs as little as it can.
+            return self._fallback(call, entry.slow_reason, times, entry.signature)
+        out = entry.executable.run(leaves, &times.launched if _trace_sink is not None else NULL)
+        if out is DELEGATE:
+            return self._fallback(call, "scalar_conversion", times, entry.signature)
+        if _trace_sink is not None:
+            times.end = now_ns()
+            self._record(times, True, 0, None, entry.signature)
+        return self._returned(call, out)
+
+    cdef object _compile(self, CacheEntry entry, tuple args, dict kwargs, list leaves,
+                         Call* call, CallTimes* times):
+        """The miss path, on the one thread that compiles this signature.
+
+        jax.jit itself runs this first call (tracing, compiling, converting,
+        donating, warning and failing exactly as it does); asking it for the
+        Compiled afterwards costs ~0.2 ms, since jax caches both the trace and
+        the executable."""
+        cdef long long began = now_ns()
+        times.found = began
+        try:
+            out = PyObject_Vectorcall(self._jitted, call.argv, call.nargsf, call.kwnames)
+        except BaseException as error:
+            self._entries.fail(entry, error)
+            if _trace_sink is not None:
+                times.launched = times.end = now_ns()
+                self._record(times, False, times.end - began, "compile_error", entry.signature)
+            raise
+        cdef long long compiled_at = now_ns()
+        try:
+            compiled = self._jitted.lower(*args, **kwargs).compile()
+            built = make_executable(compiled, entry.signature, leaves, self._donates)
+        except Exception as error:
+            built = f"jax's executable could not be reused: {error!r}"
+        self._entries.complete(entry, built, (compiled_at - began) / 1e9)
+        self._remember(entry, entry.signature, args, kwargs, call.kwnames)
+        if _trace_sink is not None:
+            times.launched = compiled_at
+            times.end = now_ns()
+            self._record(times, False, compiled_at - began, entry.slow_reason, entry.signature)
+        return self._returned(call, out)
+
+    cdef object _fallback(self, Call* call, str reason, CallTimes* times,
+                          CallSignature signature):
+        """The one hand-off: jax.jit runs the call as the caller made it."""
+        try:
+            out = PyObject_Vectorcall(self._jitted, call.argv, call.nargsf, call.kwnames)
+        finally:
+            # Recorded also when jax raises: the report counts the hand-off.
+            if _trace_sink is not None:
+                times.flattened = times.keyed = times.found = now_ns()
+                times.launched = times.end = times.found
+                self._record(times, False, 0, reason, signature)
+        return self._returned(call, out)
+
+    cdef inline object _returned(self, Call* call, object out):
+        """Step 6: the one post-hook check, then the output."""
+        cdef Py_ssize_t nargs
+        if _global_post_hook is not None or _thread_post_hooks:
+            nargs = PyVectorcall_NARGS(call.nargsf)
+            _call_post_hook(self, _tuple_from_array(call.argv, nargs),
+                            _kwargs_from_array(call.argv, nargs, call.kwnames), out)
+        return out
+
+    cdef void _record(self, CallTimes* times, bint hit, long long compile_ns, object reason,
+                      CallSignature signature):
+        """The one trace event of a call, handed to the sink."""
+        _trace_sink.record(
+            self, (times.start, times.flattened, times.keyed, times.found, times.launched,
+                   times.end),
+            hit, compile_ns, reason, signature)
 
     cdef void _remember(self, CacheEntry entry, CallSignature signature, tuple args,
-                        dict kwargs, object kwnames):
+                        dict kwargs, PyObject* kwnames):
         """Make this call the guard's guess for the next one."""
         cdef PreviousCall previous = PreviousCall.__new__(PreviousCall)
         previous.entry = entry
         previous.signature = signature
-        previous.layout = _layout_of(args, kwargs, kwnames, self._static_argnames, signature)
+        previous.layout = _layout_of(args, kwargs, None if kwnames == NULL else <object>kwnames,
+                                     self._static_argnames, signature)
         self._previous = previous
-
-    cdef object _run(self, CacheEntry entry, object leaves, tuple args, dict kwargs,
-                            long long start, long long flattened, long long keyed,
-                            long long found):
-        """A hit: execute the entry, then the post hook and the trace event."""
-        if entry.slow_reason is not None:
-            # An entry jax runs (numpy arguments, effects): still a cache hit,
-            # found by the guard, so the hand-off costs as little as it can.
-            self._entries.touch(entry)
-            return self._slow(args, kwargs, entry.slow_reason, start, entry.signature)
-        out = self._execute(entry, leaves, start, flattened, keyed, found)
-        if out is DELEGATE:
-            return self._slow(args, kwargs, "scalar_conversion", start, entry.signature)
-        if _global_post_hook is not None or _thread_post_hooks:
-            _call_post_hook(self, args, kwargs, out)
-        return out
-
-    cdef object _execute(self, CacheEntry entry, object leaves, long long start,
-                         long long flattened, long long keyed, long long found):
-        """Run a fast entry and record the hit; DELEGATE if jax must run it."""
-        self._entries.touch(entry)
-        out = entry.run(leaves)
-        if out is not DELEGATE and _trace_sink is not None:
-            launched = _now_ns()
-            _trace_sink.record(self, (start, flattened, keyed, found, launched, _now_ns()),
-                               True, 0, None, entry.signature)
-        return out
 
     cdef tuple _split_static(self, tuple args, dict kwargs):
         """(dynamic args, dynamic kwargs, static (label, type, value) triples).
@@ -486,76 +528,6 @@ cdef class CompiledFunction:
                     dynamic_kwargs = {name: value for name, value in kwargs.items()
                                       if name not in self._static_argnames}
         return dynamic_args, dynamic_kwargs, tuple(static)
-
-    cdef object _compile_and_run(self, CacheEntry entry, tuple args, dict kwargs,
-                                 list leaves, long long start, object kwnames):
-        """The miss path, on the one thread that compiles this signature.
-
-        jax.jit itself runs this first call (tracing, compiling, converting,
-        donating, warning and failing exactly as it does); asking it for the
-        Compiled afterwards costs ~0.2 ms, since jax caches both the trace and
-        the executable."""
-        cdef long long began = _now_ns()
-        try:
-            out = self._jitted(*args, **kwargs)
-        except BaseException as error:
-            # No broken entry stays behind; waiters see this very error.
-            entry.compile_error = error
-            self._entries.remove(entry)
-            entry.done.set()
-            if _trace_sink is not None:
-                now = _now_ns()
-                _trace_sink.record(self, (start, start, began, began, now, now), False,
-                                   now - began, "compile_error", entry.signature)
-            raise
-        cdef long long compiled_at = _now_ns()
-        try:
-            compiled = self._jitted.lower(*args, **kwargs).compile()
-            entry.fill(compiled, leaves, (compiled_at - began) / 1e9, self._donates)
-        except Exception as error:
-            entry.slow_reason = f"jax's executable could not be reused: {error!r}"
-        self._cache._compile_seconds += entry.compile_seconds
-        entry.done.set()
-        self._remember(entry, entry.signature, args, kwargs, kwnames)
-        if _trace_sink is not None:
-            now = _now_ns()
-            _trace_sink.record(
-                self, (start, start, began, began, compiled_at, now), False,
-                compiled_at - began, entry.slow_reason, entry.signature)
-        if _global_post_hook is not None or _thread_post_hooks:
-            _call_post_hook(self, args, kwargs, out)
-        return out
-
-    cdef object _slow(self, tuple args, dict kwargs, str reason, long long start,
-                      object signature):
-        """jax.jit runs the call: transformations, conversions, effects."""
-        try:
-            out = self._jitted(*args, **kwargs)
-        finally:
-            # Recorded also when jax raises: the report counts the hand-off.
-            if _trace_sink is not None:
-                now = _now_ns()
-                _trace_sink.record(self, (start, now, now, now, now, now), False, 0,
-                                   reason, signature)
-        if _global_post_hook is not None or _thread_post_hooks:
-            _call_post_hook(self, args, kwargs, out)
-        return out
-
-    cdef object _slow_vectorcall(self, PyObject** argv, size_t nargsf, PyObject* kwnames,
-                                 str reason, long long start, object signature):
-        """_slow for a call still in its caller's array."""
-        try:
-            out = PyObject_Vectorcall(self._jitted, argv, nargsf, kwnames)
-        finally:
-            if _trace_sink is not None:
-                now = _now_ns()
-                _trace_sink.record(self, (start, now, now, now, now, now), False, 0,
-                                   reason, signature)
-        cdef Py_ssize_t nargs = PyVectorcall_NARGS(nargsf)
-        if _global_post_hook is not None or _thread_post_hooks:
-            _call_post_hook(self, _tuple_from_array(argv, nargs),
-                            _kwargs_from_array(argv, nargs, kwnames), out)
-        return out
 
     # -- the Python object ---------------------------------------------------
 
@@ -627,12 +599,6 @@ cdef void _install_vectorcall():
 
 
 _install_vectorcall()
-
-
-def _call_post_hook(CompiledFunction fn, tuple args, dict kwargs, out):
-    hook = _current_post_hook()
-    if hook is not None:
-        hook(fn, args, {} if kwargs is _NO_KWARGS else kwargs, out)
 
 
 def _rebuild(fun, options, cache):

@@ -4,7 +4,7 @@
 Leaf order, structure, equality and repr are ``jax.tree_util``'s.  Built-in
 containers (tuple, list, dict, None) are walked with exact type checks and
 C-API access; every other node type is looked up once in jax's own registry
-(through ``fastdispatch._compile.pytree_registry``), so a type registered with
+(through ``fastdispatch._jax.pytree_registry``), so a type registered with
 jax is a node here too, even if registered after import.
 
 Three caches keep repeated calls cheap (a dispatcher flattens the same shapes
@@ -36,7 +36,7 @@ from cpython.unicode cimport PyUnicode_Compare
 from libc.stdlib cimport bsearch, qsort
 
 from fastdispatch._keys cimport Py_uhash_t, XXPRIME_5, hash_mix as _mix, same_items
-from fastdispatch._compile import dataclass_fields as _dataclass_fields, pytree_registry
+from fastdispatch._jax import dataclass_fields as _dataclass_fields, pytree_registry
 
 cdef extern from "Python.h":
     dict _PyDict_NewPresized(Py_ssize_t minused)
@@ -188,10 +188,11 @@ cdef class TreeDef:
         return info.from_iter(self.node_data, built)
 
     def leaf_paths(self):
-        """One path per leaf, in leaf order, as ``jax.tree_util.keystr`` writes it:
-        ``[0]['w']``, ``.field``; the root leaf's path is ``''``."""
+        """One path per leaf, in leaf order: a tuple of jax.tree_util key entries
+        (``(SequenceKey(0), DictKey('w'))``), as ``tree_flatten_with_path`` gives;
+        the root leaf's path is ``()``."""
         cdef list paths = []
-        _collect_paths(self, "", paths)
+        _collect_paths(self, (), paths)
         return paths
 
     def to_jax(self):
@@ -743,12 +744,12 @@ def unflatten(TreeDef treedef, leaves):
     return treedef.unflatten(leaves)
 
 
-def describe_difference(TreeDef a, TreeDef b):
-    """Briefly, how structure `b` differs from `a`: ``"key 'b' added"``,
-    ``"list of 3 -> list of 4 at [0]"``, ``"tuple -> list"``; used to explain
-    recompiles. Says ``"same structure"`` when they are equal."""
-    found = _difference(a, b, "")
-    return "same structure" if found is None else found
+def first_difference(TreeDef a, TreeDef b):
+    """Where and how structure `b` first differs from `a`, in leaf order:
+    ``(path, what)``, with the path a tuple of jax.tree_util key entries and
+    what, e.g., ``"key 'b' added"``, ``"list of 3 -> list of 4"`` or
+    ``"tuple -> list"``; used to explain recompiles.  None when they are equal."""
+    return _difference(a, b, ())
 
 
 # ----------------------------------------------------------------------------
@@ -774,43 +775,38 @@ cdef str _node_repr(TreeDef node):
 
 
 cdef list _child_keys(TreeDef node):
-    """Each child's key as jax's keystr writes it: [0], ['w'], .field, [<flat index 0>]."""
-    cdef Py_ssize_t n = PyTuple_GET_SIZE(node.children)
-    if node.kind == NODE_TUPLE or node.kind == NODE_LIST:
-        return [f"[{i}]" for i in range(n)]
-    if node.kind == NODE_DICT:
-        return [f"[{key!r}]" for key in (<DictKeys>node.node_data).sorted_keys]
-    if node.kind == NODE_NAMEDTUPLE:
-        return [f".{name}" for name in node.node_type._fields]
-    if node.info.kind == NODE_DATACLASS:
-        return [f".{name}" for name in node.info.data_fields]
-    return _custom_child_keys(node)
-
-
-cdef list _custom_child_keys(TreeDef node):
-    # The keys of a node registered with keys are only known to jax: rebuild this
-    # one node over placeholder leaves and ask jax's public flatten-with-keys.
+    """Each child's key, as jax.tree_util names it: SequenceKey, DictKey,
+    GetAttrKey, or what a node registered with keys gives."""
     cdef Py_ssize_t n = PyTuple_GET_SIZE(node.children)
     import jax.tree_util as jtu
+    if node.kind == NODE_TUPLE or node.kind == NODE_LIST:
+        return [jtu.SequenceKey(i) for i in range(n)]
+    if node.kind == NODE_DICT:
+        return [jtu.DictKey(key) for key in (<DictKeys>node.node_data).sorted_keys]
+    if node.kind == NODE_NAMEDTUPLE:
+        return [jtu.GetAttrKey(name) for name in node.node_type._fields]
+    if node.info.kind == NODE_DATACLASS:
+        return [jtu.GetAttrKey(name) for name in node.info.data_fields]
+    # The keys of a node registered with keys are only known to jax: rebuild this
+    # one node over placeholder leaves and ask jax's public flatten-with-keys.
     try:
         subtrees = tuple([(<TreeDef>child).unflatten([object() for _ in range((<TreeDef>child).num_leaves)])
                           for child in node.children])
         rebuilt = node.info.from_iter(node.node_data, subtrees)
-        key_children, _ = jtu.flatten_one_level_with_keys(rebuilt)
-        keys = [str(key) for key, _ in key_children]
+        keys = [key for key, _ in jtu.flatten_one_level_with_keys(rebuilt)[0]]
         if len(keys) == n:
             return keys
     except Exception:  # a from_iter that rejects placeholders: jax's flat indices
         pass
-    return [f"[<flat index {i}>]" for i in range(n)]
+    return [jtu.FlattenedIndexKey(i) for i in range(n)]
 
 
-cdef void _collect_paths(TreeDef node, str prefix, list paths) except *:
+cdef void _collect_paths(TreeDef node, tuple prefix, list paths) except *:
     if node.kind == NODE_LEAF:
         paths.append(prefix)
         return
     for key, child in zip(_child_keys(node), node.children):
-        _collect_paths(<TreeDef>child, prefix + key, paths)
+        _collect_paths(<TreeDef>child, prefix + (key,), paths)
 
 
 cdef str _kind_name(TreeDef node):
@@ -826,13 +822,12 @@ cdef str _short_repr(object value):
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-cdef object _difference(TreeDef a, TreeDef b, str path):
-    """The first difference between a and b in leaf order, or None."""
+cdef object _difference(TreeDef a, TreeDef b, tuple path):
+    """The first difference between a and b in leaf order, as (path, what), or None."""
     if a.same_as(b):
         return None
-    at = f" at {path}" if path else ""
     if a.kind != b.kind or a.node_type is not b.node_type:
-        return f"{_kind_name(a)} -> {_kind_name(b)}{at}"
+        return path, f"{_kind_name(a)} -> {_kind_name(b)}"
     cdef Py_ssize_t na = PyTuple_GET_SIZE(a.children), nb = PyTuple_GET_SIZE(b.children)
     if a.kind == NODE_DICT:
         keys_a = (<DictKeys>a.node_data).sorted_keys
@@ -845,15 +840,15 @@ cdef object _difference(TreeDef a, TreeDef b, str path):
                 if keys:
                     noun = "key" if len(keys) == 1 else "keys"
                     parts.append(f"{noun} {', '.join(map(_short_repr, keys))} {verb}")
-            return "; ".join(parts) + at
+            return path, "; ".join(parts)
     elif a.kind == NODE_CUSTOM:
         if not (a.node_data is b.node_data or a.node_data == b.node_data):
-            return (f"{_kind_name(a)} static data {_short_repr(a.node_data)} -> "
-                    f"{_short_repr(b.node_data)}{at}")
+            return path, (f"{_kind_name(a)} static data {_short_repr(a.node_data)} -> "
+                          f"{_short_repr(b.node_data)}")
     if na != nb:
-        return f"{_kind_name(a)} of {na} -> {_kind_name(b)} of {nb}{at}"
+        return path, f"{_kind_name(a)} of {na} -> {_kind_name(b)} of {nb}"
     for key, child_a, child_b in zip(_child_keys(a), a.children, b.children):
-        found = _difference(<TreeDef>child_a, <TreeDef>child_b, path + key)
+        found = _difference(<TreeDef>child_a, <TreeDef>child_b, path + (key,))
         if found is not None:
             return found
     return None

@@ -1,35 +1,54 @@
 # What identifies one compiled executable of a function: the call's structure,
-# each dynamic leaf's type and placement, the static arguments and jax's context.
+# each dynamic leaf's kind, type and placement, the static arguments and jax's context.
 from cpython.object cimport PyObject
 from fastdispatch._pytree cimport TreeDef
 
-# read_leaf_keys results: why a call's leaves can or cannot take the fast path.
-cdef enum LeafStatus:
-    LEAVES_OK = 0              # every leaf is a jax Array or a typed key
-    LEAVES_TRACER = 1          # a transformation's tracer: jax must stage the call
-    LEAVES_UNSUPPORTED = 2     # numpy, Python scalars, anything else: jax converts them
+# What a leaf is, as far as dispatch cares; decided by classify_leaf alone.
+# The kinds up to LEAF_HOST can be keyed; the others send the call to jax.
+cdef enum LeafKind:
+    LEAF_ARRAY = 0      # a jax Array: the executable takes it as it is
+    LEAF_KEY = 1        # a typed PRNG key: the executable takes its physical uint32 array
+    LEAF_SCALAR = 2     # a Python bool, int, float or complex: put on the device per value
+    LEAF_HOST = 3       # a numpy array or numpy scalar: jax.jit converts it
+    LEAF_TRACER = 4     # a transformation's tracer: jax must stage the call
+    LEAF_OTHER = 5      # anything else: jax.jit says why it is not a valid argument
+
+cdef LeafKind classify_leaf(object leaf)
+
+# One dynamic leaf's part of the key.  Which fields are set depends on kind;
+# the others are NULL (owned references, released with the signature).
+cdef struct LeafKey:
+    LeafKind kind
+    PyObject* aval          # ARRAY: its aval; KEY: its physical array's aval
+    PyObject* sharding      # ARRAY, KEY: the sharding object
+    bint committed          # ARRAY, KEY: placed on its devices explicitly
+    PyObject* impl          # KEY: the PRNG implementation
+    PyObject* py_type       # SCALAR, HOST: type(leaf) (a scalar's aval follows from it and x64)
+    PyObject* dtype         # HOST: the numpy dtype
+    PyObject* shape         # HOST: the shape tuple
+
 
 cdef class CallSignature:
     cdef readonly TreeDef treedef      # structure of (dynamic args, dynamic kwargs)
-    cdef list leaf_keys                # 3 slots per dynamic leaf: aval, sharding, committed
-    cdef readonly tuple static_args    # (label, type, value) triples, positional then sorted names
-    cdef tuple context                 # jax's trace_context() at the call
-    cdef object arg_names              # dynamic positional parameter names, for describe()
+    cdef LeafKey* keys                 # one per dynamic leaf, in flatten order
+    cdef readonly Py_ssize_t num_leaves
+    cdef readonly tuple static_args    # (label, type, value) triples, positions then sorted names
+    cdef readonly tuple context        # jax's trace_context() at the call
+    cdef readonly tuple arg_names      # dynamic positional parameter names, for reports
     cdef Py_hash_t _hash               # computed once, at construction
 
     # The steady-state guard: same structure, same statics, same context, and
-    # every leaf carrying the very same aval, sharding and committed objects.
+    # every leaf of the same kind carrying the very same aval, sharding and
+    # committed objects (no __eq__ called on them).
     cdef bint matches_call(self, TreeDef treedef, list leaves, tuple static_args,
                            tuple context)
     # The same guard on leaves taken straight from a call's argument array
     # (see _dispatch.CallLayout): no flattening, same structure by construction.
     cdef bint matches_leaves(self, PyObject** leaves, Py_ssize_t n, tuple context)
 
-cdef LeafStatus read_leaf_keys(list leaves, list keys) except *
 
-# True when every item is a leaf the fast path keys (an array, a key, a Python
-# scalar, a numpy value): f(*args) is then flat, its arguments its leaves.
-cdef bint all_leaves(tuple args)
-
-cdef CallSignature make_signature(TreeDef treedef, list leaf_keys, tuple static_args,
-                                  tuple context, object arg_names)
+# The signature of a call, or None when some leaf cannot be keyed: then
+# refused[0] says which kind (LEAF_TRACER or LEAF_OTHER).  Raises TypeError
+# for an unhashable static argument.
+cdef CallSignature make_signature(TreeDef treedef, list leaves, tuple static_args,
+                                  tuple context, tuple arg_names, LeafKind* refused)

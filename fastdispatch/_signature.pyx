@@ -4,23 +4,26 @@
 jax keys its executables on the structure of the dynamic arguments, each
 leaf's abstract value (shape, dtype, weak type) and placement (sharding,
 committed), the static arguments compared by type and value, and every config
-value that changes tracing.  So do we.  The hash is computed once; equality
-looks at object identity before value, because jax shares aval and sharding
-objects between arrays of one executable (docs/performance.md).
+value that changes tracing.  So do we.  What a leaf is (``classify_leaf``) is
+decided here and nowhere else; each leaf's part of the key is a ``LeafKey``
+struct of typed fields.  The hash is computed once; equality looks at object
+identity before value, because jax shares aval and sharding objects between
+arrays of one executable (docs/performance.md).
 """
-import re
 import sys
+from collections import namedtuple
 
 import numpy as np
 
 cimport cython
 from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
-from cpython.object cimport PyObject, Py_TYPE
-from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE
+from cpython.mem cimport PyMem_Calloc, PyMem_Free
+from cpython.object cimport Py_EQ, PyObject, PyObject_RichCompareBool, Py_TYPE
+from cpython.ref cimport Py_INCREF, Py_XDECREF
 
 from fastdispatch._keys cimport Py_uhash_t, XXPRIME_5, hash_mix, same_items
 from fastdispatch._pytree cimport TreeDef
-from fastdispatch import _compile
+from fastdispatch import _jax
 
 cdef extern from "Python.h":
     ctypedef PyObject* (*descrgetfunc)(PyObject*, PyObject*, PyObject*)
@@ -29,14 +32,34 @@ cdef extern from "Python.h":
     void Py_DECREF(PyObject*)
     void PyErr_Clear()
 
-cdef object _ARRAY = _compile.ARRAY_TYPE
-cdef object _KEY_ARRAY = _compile.KEY_ARRAY_TYPE
-cdef object _TRACER = _compile.TRACER_TYPE
-cdef str _SHARDING = sys.intern(_compile.SHARDING_ATTR)
-cdef str _COMMITTED = sys.intern(_compile.COMMITTED_ATTR)
-cdef str _KEY_BUFFER = sys.intern(_compile.KEY_BUFFER_ATTR)
-cdef str _KEY_IMPL = sys.intern(_compile.KEY_IMPL_ATTR)
-cdef tuple _HOST_ARRAY_TYPES = (np.ndarray, np.generic)
+cdef object _ARRAY = _jax.ARRAY_TYPE
+cdef object _KEY_ARRAY = _jax.KEY_ARRAY_TYPE
+cdef object _TRACER = _jax.TRACER_TYPE
+cdef tuple _HOST_TYPES = (np.ndarray, np.generic)
+cdef str _SHARDING = sys.intern(_jax.SHARDING_ATTR)
+cdef str _COMMITTED = sys.intern(_jax.COMMITTED_ATTR)
+cdef str _KEY_BUFFER = sys.intern(_jax.KEY_BUFFER_ATTR)
+cdef str _KEY_IMPL = sys.intern(_jax.KEY_IMPL_ATTR)
+
+
+cdef inline LeafKind _kind_of(object leaf):
+    leaf_type = type(leaf)
+    if leaf_type is _ARRAY:
+        return LEAF_ARRAY
+    if leaf_type is _KEY_ARRAY:
+        return LEAF_KEY
+    # Exact types: a subclass (np.float64 is a float) is converted as numpy is.
+    if leaf_type is float or leaf_type is int or leaf_type is bool or leaf_type is complex:
+        return LEAF_SCALAR
+    if isinstance(leaf, _HOST_TYPES):
+        return LEAF_HOST
+    if isinstance(leaf, _TRACER):
+        return LEAF_TRACER
+    return LEAF_OTHER
+
+
+cdef LeafKind classify_leaf(object leaf):
+    return _kind_of(leaf)
 
 
 @cython.final
@@ -52,98 +75,149 @@ cdef class _ArrayField:
         self.descriptor = descriptor
         self.get = (<_TypeWithDescrGet*>Py_TYPE(descriptor)).tp_descr_get
 
-    cdef inline bint holds(self, object leaf, object expected):
-        """``getattr(leaf, name) is expected``, without keeping a reference."""
-        cdef PyObject* value = self.get(<PyObject*>self.descriptor, <PyObject*>leaf, NULL)
+    cdef inline bint holds(self, object array, PyObject* expected):
+        """``getattr(array, name) is expected``, without keeping a reference."""
+        cdef PyObject* value = self.get(<PyObject*>self.descriptor, <PyObject*>array, NULL)
         if value == NULL:
             PyErr_Clear()
             return False
-        cdef bint same = value == <PyObject*>expected
+        cdef bint same = value == expected
         Py_DECREF(value)
         return same
 
 
-cdef _ArrayField _AVAL_FIELD = _ArrayField(_compile.array_descriptor("aval"))
-cdef _ArrayField _SHARDING_FIELD = _ArrayField(_compile.array_descriptor(_compile.SHARDING_ATTR))
-cdef _ArrayField _COMMITTED_FIELD = _ArrayField(_compile.array_descriptor(_compile.COMMITTED_ATTR))
+cdef _ArrayField _AVAL_FIELD = _ArrayField(_jax.array_descriptor("aval"))
+cdef _ArrayField _SHARDING_FIELD = _ArrayField(_jax.array_descriptor(_jax.SHARDING_ATTR))
+cdef _ArrayField _COMMITTED_FIELD = _ArrayField(_jax.array_descriptor(_jax.COMMITTED_ATTR))
 
 
-@cython.final
-cdef class KeyTag:
-    """The third key slot of a typed PRNG key: its implementation and whether
-    it is committed.  Interned, so that the guard compares by identity."""
-    cdef readonly object impl
-    cdef readonly bint committed
-
-    def __repr__(self):
-        return f"KeyTag({self.impl.name}, committed={self.committed})"
+cdef inline PyObject* _owned(object value):
+    Py_INCREF(value)
+    return <PyObject*>value
 
 
-cdef dict _key_tags = {}
+cdef int _fill_key(LeafKey* key, object leaf, LeafKind kind) except -1:
+    """The key fields of a leaf of this (keyable) kind."""
+    key.kind = kind
+    if kind == LEAF_ARRAY:
+        key.aval = _owned(leaf.aval)
+        key.sharding = _owned(getattr(leaf, _SHARDING))
+        key.committed = getattr(leaf, _COMMITTED) is True
+    elif kind == LEAF_KEY:
+        # A key's own aval and sharding are computed on each read (~9 us and
+        # ~6 us): key on its physical array and its implementation.
+        base = getattr(leaf, _KEY_BUFFER)
+        key.aval = _owned(base.aval)
+        key.sharding = _owned(getattr(base, _SHARDING))
+        key.committed = getattr(base, _COMMITTED) is True
+        key.impl = _owned(getattr(leaf, _KEY_IMPL))
+    elif kind == LEAF_SCALAR:
+        # The type and jax's context (x64) fix a Python scalar's aval.
+        key.py_type = _owned(type(leaf))
+    else:
+        key.py_type = _owned(type(leaf))
+        key.dtype = _owned(leaf.dtype)
+        key.shape = _owned(leaf.shape)
+    return 0
 
 
-cdef KeyTag _key_tag(object impl, object committed):
-    key = (impl.name, committed is True)
-    cdef KeyTag tag = _key_tags.get(key)
-    if tag is None:
-        tag = KeyTag.__new__(KeyTag)
-        tag.impl = impl
-        tag.committed = committed is True
-        _key_tags[key] = tag
-    return tag
+cdef object _TRUE = True
+cdef object _FALSE = False
 
 
-cdef inline bint _is_python_scalar(object leaf_type):
-    return leaf_type is float or leaf_type is int or leaf_type is bool or leaf_type is complex
+cdef inline bint _placed_as(object array, LeafKey* key):
+    """An ArrayImpl holds the key's very aval, sharding and committed flag."""
+    return (_AVAL_FIELD.holds(array, key.aval)
+            and _SHARDING_FIELD.holds(array, key.sharding)
+            and _COMMITTED_FIELD.holds(array, <PyObject*>_TRUE if key.committed
+                                       else <PyObject*>_FALSE))
 
 
-cdef LeafStatus read_leaf_keys(list leaves, list keys) except *:
-    """Append three key slots per leaf to ``keys``: aval, sharding, committed
-    for jax Arrays and typed keys; the type and two Nones for Python scalars
-    (the type and jax's context fix the aval); type, shape and dtype for numpy
-    values."""
-    cdef Py_ssize_t i, n = PyList_GET_SIZE(leaves)
-    cdef object leaf, leaf_type
-    for i in range(n):
-        leaf = <object>PyList_GET_ITEM(leaves, i)
-        leaf_type = type(leaf)
-        if leaf_type is _ARRAY:
-            keys.append(leaf.aval)
-            keys.append(getattr(leaf, _SHARDING))
-            keys.append(getattr(leaf, _COMMITTED))
-        elif leaf_type is _KEY_ARRAY:
-            # A key's own aval and sharding are computed on each read (~9 us and
-            # ~6 us): key on its physical array and an interned (impl, committed) tag.
-            base = getattr(leaf, _KEY_BUFFER)
-            keys.append(base.aval)
-            keys.append(getattr(base, _SHARDING))
-            keys.append(_key_tag(getattr(leaf, _KEY_IMPL), getattr(base, _COMMITTED)))
-        elif _is_python_scalar(leaf_type):
-            keys.append(leaf_type)
-            keys.append(None)
-            keys.append(None)
-        elif isinstance(leaf, _HOST_ARRAY_TYPES):
-            keys.append(leaf_type)
-            keys.append(leaf.shape)
-            keys.append(leaf.dtype)
-        elif isinstance(leaf, _TRACER):
-            return LEAVES_TRACER
-        else:
-            return LEAVES_UNSUPPORTED
-    return LEAVES_OK
-
-
-cdef bint all_leaves(tuple args):
-    for arg in args:
-        arg_type = type(arg)
-        if not (arg_type is _ARRAY or arg_type is _KEY_ARRAY or _is_python_scalar(arg_type)
-                or isinstance(arg, _HOST_ARRAY_TYPES)):
+cdef inline bint _leaf_matches(object leaf, LeafKey* key):
+    """``leaf`` has the key's kind and holds the very objects of its fields."""
+    cdef object base, impl, dtype
+    leaf_type = type(leaf)
+    if key.kind == LEAF_ARRAY:
+        return leaf_type is _ARRAY and _placed_as(leaf, key)
+    if key.kind == LEAF_KEY:
+        if leaf_type is not _KEY_ARRAY:
             return False
-    return True
+        base = getattr(leaf, _KEY_BUFFER)
+        impl = getattr(leaf, _KEY_IMPL)
+        return type(base) is _ARRAY and _placed_as(base, key) and <PyObject*>impl == key.impl
+    if <PyObject*>leaf_type != key.py_type:
+        return False
+    if key.kind == LEAF_SCALAR:
+        return True
+    # numpy: the dtype object is shared, the shape a new tuple on every read.
+    dtype = leaf.dtype
+    return <PyObject*>dtype == key.dtype and leaf.shape == <object>key.shape
+
+
+cdef inline bint _same_field(PyObject* a, PyObject* b) except -1:
+    if a == b:
+        return True
+    if a == NULL or b == NULL:
+        return False
+    return PyObject_RichCompareBool(<object>a, <object>b, Py_EQ)
+
+
+cdef bint _same_key(LeafKey* a, LeafKey* b) except -1:
+    return (a.kind == b.kind and a.committed == b.committed
+            and _same_field(a.aval, b.aval) and _same_field(a.sharding, b.sharding)
+            and _same_field(a.impl, b.impl) and _same_field(a.py_type, b.py_type)
+            and _same_field(a.dtype, b.dtype) and _same_field(a.shape, b.shape))
+
+
+cdef inline Py_uhash_t _key_hash(Py_uhash_t h, LeafKey* key) except? 0:
+    # Shardings and impls are left to equality: hashing them costs ~100 ns
+    # each and they rarely tell two keys apart.
+    h = hash_mix(h, <Py_uhash_t>key.kind + 2 * <Py_uhash_t>key.committed)
+    if key.aval != NULL:
+        h = hash_mix(h, <Py_uhash_t>hash(<object>key.aval))
+    if key.py_type != NULL:
+        h = hash_mix(h, <Py_uhash_t>hash(<object>key.py_type))
+    if key.dtype != NULL:
+        h = hash_mix(h, <Py_uhash_t>hash(<object>key.dtype))
+        h = hash_mix(h, <Py_uhash_t>hash(<object>key.shape))
+    return h
+
+
+cdef inline bint _same_tuple(tuple a, tuple b) except -1:
+    # jax's trace context is a fresh tuple on every call, almost always of the
+    # very same objects: compare pointers before paying for __eq__.
+    return same_items(a, b) or a == b
+
+
+# What CallSignature.leaf_keys() shows of each LeafKey, for reports and tests.
+LeafKeyView = namedtuple("LeafKeyView", "kind aval sharding committed impl py_type dtype shape")
+LEAF_KIND_NAMES = ("array", "key", "scalar", "host")
+
+
+cdef inline object _view_field(PyObject* field):
+    return None if field == NULL else <object>field
 
 
 cdef class CallSignature:
     """The key of one cache entry.  Built by the dispatcher; read by the tracer."""
+
+    def __init__(self, *args, **kwargs):
+        raise TypeError("CallSignature is made by the dispatcher, not directly")
+
+    def __dealloc__(self):
+        cdef Py_ssize_t i
+        cdef LeafKey* key
+        if self.keys == NULL:
+            return
+        for i in range(self.num_leaves):
+            key = &self.keys[i]
+            Py_XDECREF(key.aval)
+            Py_XDECREF(key.sharding)
+            Py_XDECREF(key.impl)
+            Py_XDECREF(key.py_type)
+            Py_XDECREF(key.dtype)
+            Py_XDECREF(key.shape)
+        PyMem_Free(self.keys)
 
     def __hash__(self):
         return self._hash
@@ -152,16 +226,20 @@ cdef class CallSignature:
         if not isinstance(other, CallSignature):
             return NotImplemented
         cdef CallSignature o = <CallSignature>other
+        cdef Py_ssize_t i
         if self is o:
             return True
-        return (self._hash == o._hash
-                and self.treedef.same_as(o.treedef)
-                and _same_tuple(self.context, o.context)
-                and self.leaf_keys == o.leaf_keys
-                and self.static_args == o.static_args)
+        if (self._hash != o._hash or self.num_leaves != o.num_leaves
+                or not self.treedef.same_as(o.treedef) or not _same_tuple(self.context, o.context)):
+            return False
+        for i in range(self.num_leaves):
+            if not _same_key(&self.keys[i], &o.keys[i]):
+                return False
+        return self.static_args == o.static_args
 
     cdef bint matches_call(self, TreeDef treedef, list leaves, tuple static_args,
                            tuple context):
+        cdef Py_ssize_t i
         if treedef is not self.treedef and not treedef.same_as(self.treedef):
             return False
         if not _same_tuple(context, self.context):
@@ -172,144 +250,61 @@ cdef class CallSignature:
                     return False
             except Exception:
                 return False   # a static argument's __eq__ raised: the lookup reports it
-        cdef Py_ssize_t i
         for i in range(PyList_GET_SIZE(leaves)):
-            if not _leaf_matches(<object>PyList_GET_ITEM(leaves, i), self.leaf_keys, i):
+            if not _leaf_matches(<object>PyList_GET_ITEM(leaves, i), &self.keys[i]):
                 return False
         return True
 
     cdef bint matches_leaves(self, PyObject** leaves, Py_ssize_t n, tuple context):
-        if 3 * n != PyList_GET_SIZE(self.leaf_keys):
-            return False
-        if not _same_tuple(context, self.context):
-            return False
         cdef Py_ssize_t i
+        if n != self.num_leaves or not _same_tuple(context, self.context):
+            return False
         for i in range(n):
-            if not _leaf_matches(<object>leaves[i], self.leaf_keys, i):
+            if not _leaf_matches(<object>leaves[i], &self.keys[i]):
                 return False
         return True
 
-    @property
-    def context(self):
-        return self.context
-
-    def describe(self):
-        """The signature as text, for people: argument paths with their types,
-        static arguments and jax's context.  Used by the trace report."""
-        paths = self.treedef.leaf_paths()
-        args = []
-        for i, path in enumerate(paths):
-            first = self.leaf_keys[3 * i]
-            second = self.leaf_keys[3 * i + 1]
-            third = self.leaf_keys[3 * i + 2]
-            if isinstance(third, KeyTag):
-                text = _compile.key_aval_text((<KeyTag>third).impl, first)
-                if (<KeyTag>third).committed:
-                    text = f"{text}@{second}"
-            elif isinstance(first, type) and second is None:
-                text = _aval_text(_compile.python_scalar_aval(first, self.context))
-            elif isinstance(first, type):
-                text = f"{_aval_text(_compile.shaped_aval(second, third))} (numpy)"
-            else:
-                text = _aval_text(first)
-                if third:
-                    text = f"{text}@{second}"
-            args.append((_argument_label(path, self.arg_names), text))
-        static = [(str(label), repr(value))
-                  for label, _, value in _triples(self.static_args)]
-        context = [(name, repr(value)) for name, value in
-                   zip(_compile.trace_context_names(), self.context)]
-        return {"args": args, "static": static, "context": context}
+    def leaf_keys(self):
+        """Each leaf's key as a LeafKeyView, in flatten order (kind as a name)."""
+        cdef LeafKey* key
+        views = []
+        for i in range(self.num_leaves):
+            key = &self.keys[i]
+            views.append(LeafKeyView(
+                LEAF_KIND_NAMES[key.kind], _view_field(key.aval), _view_field(key.sharding),
+                key.committed, _view_field(key.impl), _view_field(key.py_type),
+                _view_field(key.dtype), _view_field(key.shape)))
+        return views
 
     def __repr__(self):
-        described = self.describe()
-        args = ", ".join(f"{path}: {text}" for path, text in described["args"])
-        static = ", ".join(f"{label}={value}" for label, value in described["static"])
-        return f"CallSignature({args}{'; static ' + static if static else ''})"
+        # For people inspecting a cache: the text the trace report uses.
+        from fastdispatch.tracing.explain import signature_text
+        return f"CallSignature({signature_text(self)})"
 
 
-cdef inline bint _leaf_matches(object leaf, list keys, Py_ssize_t i):
-    """Leaf ``i`` holds the very objects in its key slots (no __eq__ called)."""
-    leaf_type = type(leaf)
-    if leaf_type is _ARRAY:
-        return (_AVAL_FIELD.holds(leaf, <object>PyList_GET_ITEM(keys, 3 * i))
-                and _SHARDING_FIELD.holds(leaf, <object>PyList_GET_ITEM(keys, 3 * i + 1))
-                and _COMMITTED_FIELD.holds(leaf, <object>PyList_GET_ITEM(keys, 3 * i + 2)))
-    if leaf_type is _KEY_ARRAY:
-        tag = <object>PyList_GET_ITEM(keys, 3 * i + 2)
-        if type(tag) is not KeyTag:
-            return False
-        base = getattr(leaf, _KEY_BUFFER)
-        return (base.aval is <object>PyList_GET_ITEM(keys, 3 * i)
-                and getattr(base, _SHARDING) is <object>PyList_GET_ITEM(keys, 3 * i + 1)
-                and getattr(leaf, _KEY_IMPL) is (<KeyTag>tag).impl
-                and (getattr(base, _COMMITTED) is True) == (<KeyTag>tag).committed)
-    if leaf_type is not <object>PyList_GET_ITEM(keys, 3 * i):
-        return False
-    if _is_python_scalar(leaf_type):
-        return True
-    # numpy: the dtype object is shared, the shape a new tuple on every read.
-    return (isinstance(leaf, _HOST_ARRAY_TYPES)
-            and leaf.dtype is <object>PyList_GET_ITEM(keys, 3 * i + 2)
-            and leaf.shape == <object>PyList_GET_ITEM(keys, 3 * i + 1))
-
-
-cdef inline bint _same_tuple(tuple a, tuple b) except -1:
-    # jax's trace context is a fresh tuple on every call, almost always of the
-    # very same objects: compare pointers before paying for __eq__.
-    return same_items(a, b) or a == b
-
-
-cdef CallSignature make_signature(TreeDef treedef, list leaf_keys, tuple static_args,
-                                  tuple context, object arg_names):
-    """A signature with its hash.  The hash covers the structure, the avals and
-    the static arguments; shardings and the context are left to equality
-    (hashing them costs ~100 ns each and they rarely tell two keys apart)."""
+cdef CallSignature make_signature(TreeDef treedef, list leaves, tuple static_args,
+                                  tuple context, tuple arg_names, LeafKind* refused):
+    cdef Py_ssize_t i, n = PyList_GET_SIZE(leaves)
+    cdef LeafKind kind
     cdef CallSignature sig = CallSignature.__new__(CallSignature)
+    sig.keys = <LeafKey*>PyMem_Calloc(n if n > 0 else 1, sizeof(LeafKey))
+    if sig.keys == NULL:
+        raise MemoryError()
+    sig.num_leaves = n   # the keys are zeroed: a partly filled signature frees cleanly
+    cdef Py_uhash_t h = hash_mix(XXPRIME_5, <Py_uhash_t>hash(treedef))
+    for i in range(n):
+        leaf = <object>PyList_GET_ITEM(leaves, i)
+        kind = _kind_of(leaf)
+        if kind > LEAF_HOST:
+            refused[0] = kind
+            return None
+        _fill_key(&sig.keys[i], leaf, kind)
+        h = _key_hash(h, &sig.keys[i])
+    # hash() raises TypeError for an unhashable static argument.
+    h = hash_mix(h, <Py_uhash_t>hash(static_args))
     sig.treedef = treedef
-    sig.leaf_keys = leaf_keys
     sig.static_args = static_args
     sig.context = context
     sig.arg_names = arg_names
-    cdef Py_uhash_t h = hash_mix(XXPRIME_5, <Py_uhash_t>hash(treedef))
-    cdef Py_ssize_t i, n = PyList_GET_SIZE(leaf_keys)
-    for i in range(0, n, 3):
-        h = hash_mix(h, <Py_uhash_t>hash(<object>PyList_GET_ITEM(leaf_keys, i)))
-        h = hash_mix(h, <Py_uhash_t>hash(<object>PyList_GET_ITEM(leaf_keys, i + 2)))
-    # hash() raises for an unhashable static argument.
-    h = hash_mix(h, <Py_uhash_t>hash(static_args))
     sig._hash = <Py_hash_t>h if <Py_hash_t>h != -1 else -2
     return sig
-
-
-def _triples(tuple items):
-    for i in range(0, len(items), 3):
-        yield items[i], items[i + 1], items[i + 2]
-
-
-def _aval_text(aval):
-    text = aval.str_short(short_dtypes=True)
-    if getattr(aval, "weak_type", False) and "weak" not in text:
-        text += "{weak}"
-    return text
-
-
-_POSITIONAL = re.compile(r"^\[0\]\[(\d+)\](.*)$")
-_KEYWORD = re.compile(r"^\[1\]\[(.+?)\](.*)$")
-
-
-def _argument_label(path, arg_names):
-    """``[0][1]['w']`` -> ``params['w']``: the leaf's path from its parameter."""
-    match = _POSITIONAL.match(path)
-    if match:
-        index = int(match.group(1))
-        names = arg_names or ()
-        name = names[index] if index < len(names) else f"args[{index}]"
-        return name + match.group(2)
-    match = _KEYWORD.match(path)
-    if match:
-        key = match.group(1)
-        if len(key) >= 2 and key[0] in "'\"" and key.endswith(key[0]):
-            key = key[1:len(key) - 1]
-        return key + match.group(2)
-    return path

@@ -58,7 +58,7 @@ def format_table(results: list[Result], show_equinox: bool) -> str:
     lines = ["  ".join(_pad(c, widths[i], i) for i, c in enumerate(row)) for row in [head] + rows]
     lines.insert(1, "  ".join("-" * width for width in widths))
     lines.append("overhead = (fastdispatch - raw) / (jax.jit - raw); raw = the bare PjRt call on prepared leaves,")
-    lines.append("  through fastdispatch._compile.raw_runner's closure (one Python frame, ~0.1 us here, is in it)")
+    lines.append("  through fastdispatch.bench.raw.raw_runner's closure (one Python frame, ~0.1 us here, is in it)")
     lines += [f"  {note}" for note in notes]
     return "\n".join(lines)
 

@@ -23,7 +23,7 @@ from typing import Callable
 import jax
 import numpy as np
 
-from fastdispatch._compile import raw_runner
+from .raw import raw_runner
 
 from .dispatch import Workload
 
@@ -213,7 +213,7 @@ def _bind(w: Workload, fn: Callable, context: Callable | None = None) -> Callabl
 
 
 def _raw_runner(w: Workload) -> Callable[[], list]:
-    """fastdispatch._compile.raw_runner for w; donation dropped (the non-donated twin)."""
+    """raw_runner for w; donation dropped (the non-donated twin)."""
     options = {k: v for k, v in w.jit_options.items() if not k.startswith("donate_")}
     args, kwargs = w.make_args()
     compiled = jax.jit(w.fun, **options).lower(*args, **kwargs).compile()

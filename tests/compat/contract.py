@@ -21,14 +21,14 @@ def _is_key(x) -> bool:
 
 def assert_same_array(a, b) -> None:
     """``a`` and ``b`` are the same jax Array: type, values, dtype, weak type,
-    shape, sharding and committedness (``_committed``)."""
+    shape, sharding and committedness (``committed``)."""
     assert type(a) is type(b), (type(a), type(b))
     assert isinstance(a, jax.Array), type(a)
     assert a.shape == b.shape, (a.shape, b.shape)
     assert a.dtype == b.dtype, (a.dtype, b.dtype)
     assert a.aval.weak_type == b.aval.weak_type, (a.aval, b.aval)
     assert a.sharding == b.sharding, (a.sharding, b.sharding)
-    assert a._committed == b._committed, ("committed", a._committed, b._committed)
+    assert a.committed == b.committed, ("committed", a.committed, b.committed)
     if _is_key(a):
         assert jax.random.key_impl(a) == jax.random.key_impl(b)
         a, b = jax.random.key_data(a), jax.random.key_data(b)

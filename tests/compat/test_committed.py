@@ -12,27 +12,27 @@ def add(x, y):
 
 def test_uncommitted_inputs(jit):
     x = arange((3,))
-    assert not x._committed
+    assert not x.committed
     out = expect_same(jit, add, x, 1.0)
-    assert not out._committed
-    assert not expect_same(jit, add, np.ones(3, np.float32), 1.0)._committed
-    assert not expect_same(jit, add, 1.0, 2)._committed
+    assert not out.committed
+    assert not expect_same(jit, add, np.ones(3, np.float32), 1.0).committed
+    assert not expect_same(jit, add, 1.0, 2).committed
 
 
 def test_committed_input_commits_output(jit):
     device = jax.devices()[0]
     x = jax.device_put(arange((3,)), device)
-    assert x._committed
+    assert x.committed
     out = expect_same(jit, add, x, 1.0)
-    assert out._committed and out.sharding == jax.sharding.SingleDeviceSharding(device)
+    assert out.committed and out.sharding == jax.sharding.SingleDeviceSharding(device)
     out = expect_same(jit, add, jnp.ones(3), x)
-    assert out._committed
+    assert out.committed
 
 
 def test_device_put_without_device_stays_uncommitted(jit):
     x = jax.device_put(np.arange(3, dtype=np.float32))
-    assert not x._committed
-    assert not expect_same(jit, add, x, x)._committed
+    assert not x.committed
+    assert not expect_same(jit, add, x, x).committed
 
 
 def test_committed_then_uncommitted_same_function(jit):
@@ -42,7 +42,7 @@ def test_committed_then_uncommitted_same_function(jit):
     device = jax.devices()[0]
     for committed in [False, True, False, True]:
         x = jax.device_put(arange((2,)), device) if committed else arange((2,))
-        assert f(x, 1.0)._committed == committed
+        assert f(x, 1.0).committed == committed
 
 
 def test_explicit_device_option(jit):
@@ -57,5 +57,5 @@ def test_explicit_device_option(jit):
         warnings.simplefilter("always")
         got = jit(add, device=device)(arange((2,)), 1.0)
     assert [(w.category, str(w.message)) for w in ours] == [(w.category, str(w.message)) for w in theirs]
-    assert got._committed == expected._committed
+    assert got.committed == expected.committed
     assert got.sharding == expected.sharding

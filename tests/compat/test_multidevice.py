@@ -66,14 +66,14 @@ def check_multidevice(impl):
         @check(f"{mesh_name}: in_shardings/out_shardings")
         def _(rows=rows, cols=cols):
             out = both(lambda v: v * 2, x, in_shardings=rows, out_shardings=cols)
-            assert out.sharding == cols and out._committed
+            assert out.sharding == cols and out.committed
             out = both(lambda v, w: (v + w, v.sum()), x, jnp.ones((8, 4)), in_shardings=(rows, None))
             assert out[0].sharding.is_equivalent_to(rows, 2)
 
         @check(f"{mesh_name}: sharded input, no annotations")
         def _(sharded=sharded):
             out = both(lambda v: jnp.sin(v) + 1, sharded)
-            assert out.sharding.is_equivalent_to(sharded.sharding, 2) and out._committed
+            assert out.sharding.is_equivalent_to(sharded.sharding, 2) and out.committed
 
         @check(f"{mesh_name}: pytree of sharded arrays, out_shardings tree")
         def _(mesh=mesh, rows=rows, cols=cols):
@@ -112,7 +112,7 @@ def check_multidevice(impl):
     def _():
         on3 = jax.device_put(jnp.ones(4), devices[3])
         out = both(lambda v: v * 3, on3)
-        assert out.sharding == SingleDeviceSharding(devices[3]) and out._committed
+        assert out.sharding == SingleDeviceSharding(devices[3]) and out.committed
         out = both(lambda v, w: v + w, on3, jnp.ones(4))  # uncommitted joins committed
         assert out.sharding == SingleDeviceSharding(devices[3])
 

@@ -2,8 +2,7 @@
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from subprocess_util import run_in_subprocess  # noqa: E402
+from subprocess_util import run_in_subprocess
 
 
 def check_sharded_calls_are_fast():
@@ -46,7 +45,7 @@ def check_sharded_calls_are_fast():
     assert doubled.sharding.is_equivalent_to(jax.jit(lambda a: a * 2)(x).sharding, 2)
     assert product.sharding == grid
     assert moved.sharding == jax.sharding.SingleDeviceSharding(jax.devices()[5])
-    assert moved._committed
+    assert moved.committed
     np.testing.assert_array_equal(product, np.asarray(x) @ np.asarray(x).T)
     assert [entry.is_fast for entry in by_option._cache_entries()] == [True]
 

@@ -16,17 +16,21 @@ import jax.tree_util as jtu
 import numpy as np
 import pytest
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-import treecases  # noqa: E402
+import treecases
 
-from fastdispatch import _pytree  # noqa: E402
-from fastdispatch._pytree import TreeDef, describe_difference, flatten, unflatten  # noqa: E402
+from fastdispatch import _pytree
+from fastdispatch._pytree import TreeDef, first_difference, flatten, unflatten
 
 CASES = treecases.cases()
 
 
 def treedef(tree) -> TreeDef:
     return flatten(tree)[1]
+
+
+def jax_paths(tree) -> list:
+    """Each leaf's path as jax.tree_util gives it: a tuple of key entries."""
+    return [path for path, _ in jtu.tree_flatten_with_path(tree)[0]]
 
 
 # -- every node kind matches jax ----------------------------------------------------
@@ -137,7 +141,8 @@ def test_namedtuple_is_its_own_node_type():
     assert treedef(point) != treedef(treecases.PointSub(1, 2))
     rebuilt = treedef(point).unflatten(["x", "y"])
     assert type(rebuilt) is treecases.Point and rebuilt == ("x", "y")
-    assert treedef(point).leaf_paths() == [".x", ".y"]
+    assert treedef(point).leaf_paths() == jax_paths(point)
+    assert jtu.keystr(treedef(point).leaf_paths()[1]) == ".y"
 
 
 def test_tuple_and_dict_subclasses_are_leaves_unless_registered():
@@ -168,7 +173,8 @@ def test_dataclass_nodes_and_their_static_fields():
     assert treedef(pair) != treedef(treecases.Pair(1, 2, "mul"))
     rebuilt = treedef(pair).unflatten([5, 6])
     assert rebuilt == treecases.Pair(5, 6, "add")
-    assert treedef(treecases.Layer(1, 2, "a")).leaf_paths() == [".w", ".b"]
+    layer = treecases.Layer(1, 2, "a")
+    assert treedef(layer).leaf_paths() == jax_paths(layer) == [(jtu.GetAttrKey("w"),), (jtu.GetAttrKey("b"),)]
 
 
 def test_dataclass_whose_fields_are_not_plain_attributes_still_matches_jax():
@@ -196,7 +202,8 @@ def test_custom_node_with_aux_data():
     assert treedef(box) != treedef(treecases.Box((1, 2), {"k": 3}, tag="u"))
     rebuilt = treedef(box).unflatten(["a", "b", "c"])
     assert (rebuilt.items, rebuilt.named, rebuilt.tag) == (("a", "b"), {"k": "c"}, "t")
-    assert treedef(box).leaf_paths() == [
+    assert treedef(box).leaf_paths() == jax_paths(box)
+    assert [jtu.keystr(path) for path in treedef(box).leaf_paths()] == [
         "[<flat index 0>][0]", "[<flat index 0>][1]", "[<flat index 1>]['k']"]
 
 
@@ -208,8 +215,10 @@ def test_custom_node_with_unhashable_aux_is_hashable_and_compared_by_equality():
 
 
 def test_custom_node_registered_with_keys_has_jax_paths():
-    td = treedef(treecases.Keyed(1, [2, 3]))
-    assert td.leaf_paths() == [".first", "['second'][0]", "['second'][1]"]
+    keyed = treecases.Keyed(1, [2, 3])
+    assert treedef(keyed).leaf_paths() == jax_paths(keyed)
+    assert [jtu.keystr(path) for path in treedef(keyed).leaf_paths()] == [
+        ".first", "['second'][0]", "['second'][1]"]
 
 
 def test_static_node_has_no_leaves_and_compares_by_equality():
@@ -417,28 +426,33 @@ def test_from_iter_errors_propagate_from_unflatten():
 
 # -- paths, differences, conversion -------------------------------------------------
 
-def test_leaf_paths_in_keystr_style():
+def test_leaf_paths_as_keystr():
     tree = [{"w": 1, "b": (2, treecases.Point(3, 4))}, treecases.Layer(5, 6)]
-    assert treedef(tree).leaf_paths() == [
+    assert [jtu.keystr(path) for path in treedef(tree).leaf_paths()] == [
         "[0]['b'][0]", "[0]['b'][1].x", "[0]['b'][1].y", "[0]['w']", "[1].w", "[1].b"]
-    assert treedef(7).leaf_paths() == [""]
+    assert treedef(7).leaf_paths() == [()]
 
 
 @pytest.mark.parametrize("before, after, expected", [
-    ({"a": 1}, {"a": 1, "b": 2}, "key 'b' added"),
-    ({"a": 1, "b": 2}, {"a": 1}, "key 'b' removed"),
-    ({"a": 1}, {"b": 1, "c": 2}, "keys 'b', 'c' added; key 'a' removed"),
-    ([1, 2, 3], [1, 2, 3, 4], "list of 3 -> list of 4"),
-    ((1, 2), [1, 2], "tuple -> list"),
-    ({"x": [(1, 2)]}, {"x": [(1, 2, 3)]}, "tuple of 2 -> tuple of 3 at ['x'][0]"),
-    ({"x": 1}, {"x": None}, "leaf -> None at ['x']"),
+    ({"a": 1}, {"a": 1, "b": 2}, ("", "key 'b' added")),
+    ({"a": 1, "b": 2}, {"a": 1}, ("", "key 'b' removed")),
+    ({"a": 1}, {"b": 1, "c": 2}, ("", "keys 'b', 'c' added; key 'a' removed")),
+    ([1, 2, 3], [1, 2, 3, 4], ("", "list of 3 -> list of 4")),
+    ((1, 2), [1, 2], ("", "tuple -> list")),
+    ({"x": [(1, 2)]}, {"x": [(1, 2, 3)]}, ("['x'][0]", "tuple of 2 -> tuple of 3")),
+    ({"x": 1}, {"x": None}, ("['x']", "leaf -> None")),
     (treecases.Pair(1, 2, "add"), treecases.Pair(1, 2, "mul"),
-     "Pair static data ('add',) -> ('mul',)"),
-    ([treecases.Point(1, 2)], [(1, 2)], "Point -> tuple at [0]"),
-    ((1, 2), (3, 4), "same structure"),
+     ("", "Pair static data ('add',) -> ('mul',)")),
+    ([treecases.Point(1, 2)], [(1, 2)], ("[0]", "Point -> tuple")),
 ])
-def test_describe_difference(before, after, expected):
-    assert describe_difference(treedef(before), treedef(after)) == expected
+def test_first_difference(before, after, expected):
+    path, what = first_difference(treedef(before), treedef(after))
+    assert (jtu.keystr(path), what) == expected
+
+
+def test_first_difference_of_equal_structures_is_none():
+    assert first_difference(treedef({"a": [1, 2]}), treedef({"a": [3, 4]})) is None
+    assert first_difference(treedef((1, 2)), treedef((3, 4))) is None
 
 
 def test_to_jax_round_trips_through_jax_unflatten():
@@ -473,10 +487,6 @@ def test_concurrent_flattens_agree_with_jax():
     for thread in threads:
         thread.join()
     assert not errors, errors
-
-
-def test_module_exports():
-    assert _pytree.flatten is flatten and _pytree.unflatten is unflatten
 
 
 def test_namedtuple_lying_about_its_length_does_not_crash():

@@ -10,10 +10,9 @@ import jax.tree_util as jtu
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-import treecases  # noqa: E402
+import treecases
 
-from fastdispatch._pytree import flatten  # noqa: E402
+from fastdispatch._pytree import flatten
 
 # Bounded: ~400 examples over the file, no deadline (jax array leaves are slow to make).
 SETTINGS = settings(max_examples=150, deadline=None,

@@ -1,26 +1,12 @@
-"""Leaks: nothing holds inputs, outputs or the function after the call; post hooks.
-
-The reference behaviours jax.jit shares run against both implementations; the
-post hook is fastdispatch's API.
-"""
+"""Leaks: nothing holds inputs, outputs or the function after the call."""
 import gc
 import sys
-import threading
 import weakref
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-
-
-@pytest.fixture(params=["jax", "fastdispatch"])
-def jit(request):
-    if request.param == "jax":
-        return jax.jit
-    import fastdispatch
-
-    return fastdispatch.jit
 
 
 def collected(ref):
@@ -132,86 +118,5 @@ def test_error_does_not_hold_arguments(jit):
     ref = weakref.ref(x)
     with pytest.raises(ValueError):
         f(x)
-    del x
-    assert collected(ref)
-
-
-# The post hook (fastdispatch only).
-
-
-@pytest.fixture
-def fd():
-    import fastdispatch
-
-    yield fastdispatch
-    fastdispatch.set_post_hook(None)
-    fastdispatch.set_post_hook(None, thread_local=True)
-
-
-def test_post_hook_global(fd):
-    seen = []
-    f = fd.jit(lambda x, y=1.0: x * y)
-    fd.set_post_hook(lambda fn, args, kwargs, out: seen.append((fn, args, kwargs, out)))
-    x = jnp.ones(2)
-    out1 = f(x)  # miss
-    out2 = f(x, y=2.0)  # miss, keyword
-    out3 = f(x, y=2.0)  # hit
-    assert len(seen) == 3
-    for (fn, args, kwargs, out), (want_args, want_kwargs, want_out) in zip(
-        seen, [((x,), {}, out1), ((x,), {"y": 2.0}, out2), ((x,), {"y": 2.0}, out3)]
-    ):
-        assert fn is f
-        assert type(args) is tuple and len(args) == len(want_args)
-        assert all(a is b for a, b in zip(args, want_args))
-        assert type(kwargs) is dict and kwargs == want_kwargs
-        assert out is want_out
-    fd.set_post_hook(None)
-    f(x)
-    assert len(seen) == 3
-
-
-def test_post_hook_thread_local(fd):
-    seen_global, seen_local = [], []
-    f = fd.jit(lambda x: x + 1)
-    fd.set_post_hook(lambda *a: seen_global.append(threading.get_ident()))
-
-    def other_thread():
-        fd.set_post_hook(lambda *a: seen_local.append(threading.get_ident()), thread_local=True)
-        f(jnp.ones(2))
-        f(jnp.ones(2))
-        fd.set_post_hook(None, thread_local=True)
-        f(jnp.ones(2))  # back to the global hook
-
-    t = threading.Thread(target=other_thread)
-    t.start()
-    t.join(60)
-    assert not t.is_alive()
-    f(jnp.ones(2))  # this thread never had a local hook
-    assert len(seen_local) == 2 and len(set(seen_local)) == 1
-    assert len(seen_global) == 2 and seen_global[1] == threading.get_ident()
-    assert seen_global[0] == seen_local[0]  # the other thread, after unsetting its hook
-
-
-def test_post_hook_error_propagates(fd):
-    f = fd.jit(lambda x: x + 1)
-
-    def hook(*args):
-        raise RuntimeError("hook failed")
-
-    fd.set_post_hook(hook)
-    with pytest.raises(RuntimeError, match="hook failed"):
-        f(jnp.ones(2))
-    fd.set_post_hook(None)
-    assert float(f(jnp.ones(2))[0]) == 2.0
-
-
-def test_post_hook_not_held_args(fd):
-    # The hook sees the arguments; once it drops them, nothing else keeps them.
-    f = fd.jit(lambda x: x * 2)
-    fd.set_post_hook(lambda *a: None)
-    x = np.ones(2, np.float32)
-    ref = weakref.ref(x)
-    f(x)
-    f(x)
     del x
     assert collected(ref)

@@ -15,15 +15,6 @@ N_THREADS = 32
 TIMEOUT = 120  # seconds; a thread still alive after this is a deadlock
 
 
-@pytest.fixture(params=["jax", "fastdispatch"])
-def jit(request):
-    if request.param == "jax":
-        return jax.jit
-    import fastdispatch
-
-    return fastdispatch.jit
-
-
 class Counter:
     def __init__(self):
         self.n = 0

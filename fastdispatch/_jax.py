@@ -1,8 +1,8 @@
-"""The one module that touches jax's private API.
+"""The door to jax's internals: every private jax name fastdispatch uses.
 
 Everything fastdispatch needs from jax beyond its public API goes through this
 module, so that a jax upgrade breaks in one place, loudly, under
-tests/unit/test_compile.py.  Supported: jax 0.10.x (pinned in pyproject.toml).
+tests/unit/test_jax.py.  Supported: jax 0.10.x (pinned in pyproject.toml).
 
 Private names used, all read here only:
   jax._src.api.jit                        jax.jit itself, even while jax.jit is patched
@@ -13,9 +13,13 @@ Private names used, all read here only:
                                           placement of an array (cheaper than .sharding)
   jax._src.random.prng.PRNGKeyArray, ._base_array, ._impl
                                           typed PRNG keys, their physical array, their impl
+  PRNGImpl.key_shape, PRNGImpl.tag        a key impl's physical trailing shape and its name
   jaxlib ExecuteResults.consume_with_handlers
                                           turns an execution's buffers into jax Arrays
   jax._src.config.trace_context           every config value that changes tracing
+  jax._src.config.trace_context_names     their names
+  jax._src.config.disable_jit, no_tracing, no_execution
+                                          settings under which jax itself must run a call
   jax._src.core.trace_state, eval_trace   whether a transformation is tracing right now
   JitWrapped._jit_info                    jax.jit's resolved static/donated arguments
   jax.stages.Compiled._executable         the pxla.MeshExecutable behind a Compiled
@@ -24,11 +28,10 @@ Private names used, all read here only:
                                           kept_var_idx, ordered_effects,
                                           has_unordered_effects, has_host_callbacks, mut,
                                           pgle_profiler
-  MeshExecutable._in_shardings, _dispatch_in_layouts
+  MeshExecutable._in_shardings, in_avals, _dispatch_in_layouts
                                           what the executable expects of each kept input
   jax._src.dispatch.needs_check_special   jax_debug_nans / jax_debug_infs
   jaxlib batched_device_put               puts a converted Python scalar on its device
-  Sharding._device_assignment             the device of a one-device input sharding
 """
 from __future__ import annotations
 
@@ -41,10 +44,10 @@ from jax._src import array as _array
 from jax._src import config as _config
 from jax._src import core as _core
 from jax._src import dispatch as _dispatch
-from jax._src.random import prng as _prng
 from jax._src import tree_util as _tree_util
 from jax._src.interpreters import pxla as _pxla
 from jax._src.lib import _jax as _xc
+from jax._src.random import prng as _prng
 
 # jax's own jit: the slow path and the compiler.  Read from jax._src so that
 # `python -m fastdispatch` patching the public ``jax.jit`` never loops back here.
@@ -82,6 +85,30 @@ CLEAN_TRACE_STATE = _core.eval_trace._weakref
 def trace_state_is_clean() -> bool:
     return _core.trace_state_clean()
 
+
+def trace_context_names() -> tuple:
+    """Names of the values in ``trace_context()``, in order (for reports)."""
+    return tuple(_config.trace_context_names())
+
+
+def slow_path_reason() -> str | None:
+    """Why jax itself must take a call right now, or None.
+
+    Read on a cache miss only: each of these settings is part of
+    ``trace_context()``, so a change in them also changes the cache key.
+    """
+    if _config.disable_jit.value:
+        return "disable_jit"
+    if _config.no_tracing.value:
+        return "no_tracing"
+    if _config.no_execution.value:
+        return "no_execution"
+    if not trace_state_is_clean():
+        return "tracer"
+    return None
+
+
+# -- pytrees -------------------------------------------------------------------
 
 def pytree_registry() -> dict:
     """jax's Python-side pytree registry: ``type -> (to_iter, from_iter)``.
@@ -121,6 +148,8 @@ def dataclass_fields(to_iter):
     return data, meta
 
 
+# -- arrays and keys -------------------------------------------------------------
+
 def array_descriptor(name: str):
     """The descriptor behind ``ARRAY_TYPE``'s attribute ``name``; it must be a
     data descriptor, so that reading it through its slot equals getattr."""
@@ -145,6 +174,8 @@ def key_aval_text(impl, base_aval) -> str:
     return f"key<{impl.tag}>[{','.join(map(str, shape))}]"
 
 
+# -- jit options -------------------------------------------------------------------
+
 class ResolvedArguments(NamedTuple):
     static_argnums: tuple
     static_argnames: tuple
@@ -160,43 +191,25 @@ def resolved_arguments(jitted) -> ResolvedArguments:
         tuple(info.donate_argnums), tuple(info.donate_argnames))
 
 
-# Python scalars the dispatcher converts itself (weakly typed, as jax does);
-# numpy values are left to jax.jit, whose C++ converts them faster than any
-# public entry point (docs/performance.md).
-PYTHON_SCALAR_TYPES = (int, float, bool, complex)
+# -- executables ---------------------------------------------------------------------
 
-
-class ScalarInput(NamedTuple):
-    """How to put one Python scalar argument where the executable wants it."""
-    aval: object           # the executable's input aval (dtype, weak type)
-    sharding: object       # its input sharding (one device)
-    device: object         # that device
-    dtype: object          # numpy dtype to convert the scalar to
-
-
-def put_scalar(value, spec: ScalarInput):
-    """A device array holding ``value`` as the executable expects it."""
-    host = np.asarray(value, dtype=spec.dtype)
-    return _xc.batched_device_put(spec.aval, spec.sharding, [host], [spec.device], False)
-
-
-class FastPath(NamedTuple):
-    """What the dispatcher needs to run a compiled executable without jax."""
+class ExecutableParts(NamedTuple):
+    """A jax.stages.Compiled taken apart into what a direct PjRt call needs."""
     execute: object        # LoadedExecutable.execute_sharded, bound
     out_handlers: list     # one result handler per flat output
     out_treedef: object    # jax PyTreeDef of the outputs
-    kept: tuple            # indices of the flat inputs the executable takes
-    scalar_inputs: dict    # flat index -> ScalarInput, for Python scalar arguments
+    kept: tuple            # indices of the flat inputs the executable takes, increasing
+    in_shardings: tuple    # the sharding each kept input must have
+    in_avals: tuple        # the aval of each kept input
 
 
-def fast_path(compiled, arg_leaves) -> FastPath | str:
+def executable_parts(compiled) -> ExecutableParts | str:
     """Split ``compiled`` into the pieces of a direct PjRt call, or say why not.
 
     Mirrors the conditions of jax's own fast path (``pjit._get_fastpath_data``):
     a plain replicated executable with no effects, callbacks, mutable arrays,
-    profiling or custom input layouts, whose kept inputs already sit where the
-    executable wants them (``arg_leaves`` are the flat arguments of the call
-    that compiled it).  A returned string is the reason for the slow path.
+    profiling or custom input layouts.  Whether the call's own inputs fit is
+    the execute layer's to check.  A returned string is the reason for the slow path.
     """
     executable = compiled._executable
     if not isinstance(executable, _pxla.MeshExecutable):
@@ -217,81 +230,14 @@ def fast_path(compiled, arg_leaves) -> FastPath | str:
     handlers = list(call.out_handler.handlers)
     if len(handlers) != compiled.out_tree.num_leaves:
         return "outputs flatten differently for dispatch"
-    kept = tuple(sorted(call.kept_var_idx))
-    scalar_inputs = {}
-    for index, expected, aval in zip(kept, executable._in_shardings, executable.in_avals):
-        leaf = arg_leaves[index]
-        if type(leaf) in PYTHON_SCALAR_TYPES:
-            devices = expected._device_assignment
-            if len(devices) != 1:
-                return "scalar argument on several devices"
-            scalar_inputs[index] = ScalarInput(aval, expected, devices[0], aval.dtype)
-            continue
-        if not isinstance(leaf, (ARRAY_TYPE, KEY_ARRAY_TYPE)):
-            return "numpy arguments"
-        actual = leaf.sharding
-        if actual is not expected and not (
-                actual == expected or actual.is_equivalent_to(expected, leaf.ndim)):
-            return "argument must be resharded"
-    return FastPath(call.xla_executable.execute_sharded, handlers,
-                    compiled.out_tree, kept, scalar_inputs)
+    # _in_shardings and in_avals list the kept inputs only, in order.
+    return ExecutableParts(call.xla_executable.execute_sharded, handlers, compiled.out_tree,
+                           tuple(sorted(call.kept_var_idx)), tuple(executable._in_shardings),
+                           tuple(executable.in_avals))
 
 
-def raw_runner(compiled: jax.stages.Compiled, *args, **kwargs):
-    """A zero-argument callable that runs ``compiled`` on these arguments
-    through the bare PjRt call: ``execute_sharded(leaves).consume_with_handlers``.
-
-    The leaves are flattened, pruned to the kept ones, placed on their devices
-    and unwrapped (typed keys) once, here, so that the callable measures the
-    floor of dispatch: no Python work beyond the two jaxlib calls. Its result
-    is the flat list of outputs.
-    """
-    mesh_executable = compiled._executable
-    call = mesh_executable.unsafe_call
-    leaves = jax.tree_util.tree_leaves((args, kwargs))
-    kept = sorted(call.kept_var_idx)
-    buffers = []
-    # _in_shardings lists the kept inputs only, in order.
-    for i, sharding in zip(kept, mesh_executable._in_shardings):
-        leaf = jax.device_put(leaves[i], sharding)
-        buffers.append(key_array_buffer(leaf) if type(leaf) is KEY_ARRAY_TYPE else leaf)
-    executable = mesh_executable.xla_executable
-    handlers = call.out_handler.handlers
-
-    def run():
-        return executable.execute_sharded(buffers).consume_with_handlers(handlers)
-
-    return run
-
-
-def trace_context_names() -> tuple:
-    """Names of the values in ``trace_context()``, in order (for reports)."""
-    return tuple(_config.trace_context_names())
-
-
-def slow_path_reason() -> str | None:
-    """Why jax itself must take a call right now, or None.
-
-    Read on a cache miss only: each of these settings is part of
-    ``trace_context()``, so a change in them also changes the cache key.
-    """
-    if _config.disable_jit.value:
-        return "disable_jit"
-    if _config.no_tracing.value:
-        return "no_tracing"
-    if _config.no_execution.value:
-        return "no_execution"
-    if not trace_state_is_clean():
-        return "tracer"
-    return None
-
-
-def python_scalar_aval(scalar_type, context: tuple):
-    """The aval jax gives a Python scalar of this type under this trace context."""
-    x64 = dict(zip(trace_context_names(), context)).get("jax_enable_x64", False)
-    with jax.enable_x64(bool(x64)):
-        return jax.typeof(scalar_type())
-
-
-def shaped_aval(shape, dtype):
-    return _core.ShapedArray(tuple(shape), dtype)
+def put_scalar(value, aval, sharding, device):
+    """A device array holding the Python scalar ``value`` as an input of this
+    aval and (one-device) sharding expects it, converted as jax converts it."""
+    host = np.asarray(value, dtype=aval.dtype)
+    return _xc.batched_device_put(aval, sharding, [host], [device], False)

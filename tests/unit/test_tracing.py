@@ -1,19 +1,23 @@
-"""The report logic of fastdispatch.trace, driven by synthetic calls.
+"""fastdispatch.tracing: the recorder's aggregates, the recompile explanations,
+the trace file and the switch, driven by synthetic calls.
 
-A fake compiled function and fake signatures stand in for the dispatcher, so
-these tests pin the aggregates, the recompile explanations and the trace file
-exactly; tests/e2e runs the real dispatcher.
+A fake compiled function stands in for the dispatcher's caller, and the
+signatures are real ones, captured from fastdispatch.jit calls, so these tests
+pin the aggregates, the explanations and the trace file exactly; tests/e2e
+runs the whole dispatcher.
 """
-import importlib
 import json
 import threading
 
+import jax
+import jax.numpy as jnp
 import pytest
 
-from fastdispatch.trace import Trace, explain_change
-
-# The module, not fastdispatch.trace, which is the trace() function.
-tracing = importlib.import_module("fastdispatch.trace")
+import fastdispatch
+from fastdispatch import _dispatch, tracing
+from fastdispatch.tracing import recorder
+from fastdispatch.tracing.explain import describe, explain_change
+from fastdispatch.tracing.recorder import PHASES, Trace
 
 
 def step(x):
@@ -21,7 +25,7 @@ def step(x):
 
 
 class FakeCompiled:
-    """What the sink reads of a CompiledFunction."""
+    """What the recorder reads of a CompiledFunction."""
 
     def __init__(self, fun):
         self.__wrapped__ = fun
@@ -29,13 +33,20 @@ class FakeCompiled:
         self.__qualname__ = fun.__qualname__
 
 
-class FakeSignature:
-    def __init__(self, args, static=(), context=(("x64", "False"),), treedef=None):
-        self._description = {"args": list(args), "static": list(static), "context": list(context)}
-        self.treedef = treedef if treedef is not None else tuple(path for path, _ in args)
+class _Capture:
+    def record(self, fn, times, hit, compile_ns, fallback, signature):
+        self.signature = signature
 
-    def describe(self):
-        return self._description
+
+def signature_of(fun, *args, jit_options=None, **kwargs):
+    """The CallSignature fastdispatch.jit(fun) keys this call with."""
+    capture = _Capture()
+    _dispatch.set_trace_sink(capture)
+    try:
+        fastdispatch.jit(fun, **(jit_options or {}))(*args, **kwargs)
+    finally:
+        _dispatch.set_trace_sink(None)
+    return capture.signature
 
 
 def stamps(start, flatten=100, signature=200, lookup=300, launch=5000, unflatten=400):
@@ -50,8 +61,8 @@ def call(t, fn, signature, *, hit=True, compile_ns=0, fallback=None, start=0, **
 
 
 F = FakeCompiled(step)
-SIG4 = FakeSignature([("x", "f32[4]")])
-SIG8 = FakeSignature([("x", "f32[8]")])
+SIG4 = signature_of(step, jnp.ones(4))
+SIG8 = signature_of(step, jnp.ones(8))
 
 
 def test_aggregates_count_calls_hits_compiles_and_fallbacks():
@@ -64,7 +75,7 @@ def test_aggregates_count_calls_hits_compiles_and_fallbacks():
     call(t, F, None, hit=False, fallback="tracer")
     (row,) = t.stats().values()
     assert row["name"] == "step"
-    assert row["location"].endswith(f"test_trace.py:{step.__code__.co_firstlineno}")
+    assert row["location"].endswith(f"test_tracing.py:{step.__code__.co_firstlineno}")
     assert (row["calls"], row["hits"], row["compiles"]) == (13, 9, 1)
     assert row["compile_seconds"] == pytest.approx(0.002)
     assert row["fallbacks"] == {"tracer": 2, "disable_jit": 1}
@@ -97,10 +108,10 @@ def test_percentiles_follow_the_distribution():
 
 def test_aggregates_never_drop_though_the_event_ring_does():
     t = Trace(max_events=10)
-    for i in range(tracing._FOLD_EVERY + 50):
+    for i in range(recorder._FOLD_EVERY + 50):
         call(t, F, SIG4, start=i * 10_000)
     (row,) = t.stats().values()
-    assert row["calls"] == tracing._FOLD_EVERY + 50
+    assert row["calls"] == recorder._FOLD_EVERY + 50
     spans = [e for e in t.chrome_trace()["traceEvents"] if e.get("cat") == "call"]
     assert len(spans) == 10
 
@@ -148,72 +159,84 @@ def test_empty_report():
 
 # -- explanations --------------------------------------------------------------
 
-def describe(args=(), static=(), context=(("x64", "False"),)):
-    return {"args": list(args), "static": list(static), "context": list(context)}
+def scaled(x, lr):
+    return x, lr
+
+
+def with_params(params, x=None):
+    return params
+
+
+def moded(x, mode):
+    return x
+
+
+X4 = jnp.ones(4)
+
+
+def explained(old, new):
+    return explain_change(describe(old), describe(new))
 
 
 @pytest.mark.parametrize("old, new, expected", [
-    (describe([("x", "f32[4]")]), describe([("x", "f32[8]")]), ["x: f32[4] -> f32[8]"]),
-    (describe([("lr", "f32[]{weak}")]), describe([("lr", "f32[]")]),
+    (lambda: signature_of(step, X4), lambda: signature_of(step, jnp.ones(8)),
+     ["x: f32[4] -> f32[8]"]),
+    (lambda: signature_of(step, X4), lambda: signature_of(step, jnp.ones(4, jnp.int32)),
+     ["x: f32[4] -> i32[4]"]),
+    (lambda: signature_of(scaled, X4, 0.5), lambda: signature_of(scaled, X4, jnp.float32(0.5)),
      ["lr: weak_type changed (f32[]{weak} -> f32[])"]),
-    (describe(static=[("mode", "'train'")]), describe(static=[("mode", "'eval'")]),
+    (lambda: signature_of(moded, X4, mode="train", jit_options={"static_argnames": "mode"}),
+     lambda: signature_of(moded, X4, mode="eval", jit_options={"static_argnames": "mode"}),
      ["static mode: 'train' -> 'eval'"]),
-    (describe(), describe(context=[("x64", "True")]), ["x64 mode changed (False -> True)"]),
-    (describe(context=[("default_device", "None")]),
-     describe(context=[("default_device", "CpuDevice(id=1)")]),
-     ["default_device: None -> CpuDevice(id=1)"]),
-    (describe([("x", "f32[4]")]), describe([("x", "f32[4]@SingleDeviceSharding(cpu:0)")]),
-     ["x: f32[4] -> f32[4]@SingleDeviceSharding(cpu:0)"]),
-    (describe([("params['a']", "f32[2]")]),
-     describe([("params['a']", "f32[2]"), ("params['b']", "f32[2]")]),
-     ["params: tree structure changed (params['b'] added)"]),
-    (describe([("x", "f32[4]")]), describe([("x", "f32[4]")]),
+    (lambda: signature_of(step, X4),
+     lambda: signature_of(step, jax.device_put(X4, jax.devices()[0])),
+     [f"x: f32[4] -> f32[4]@{jax.sharding.SingleDeviceSharding(jax.devices()[0])}"]),
+    (lambda: signature_of(with_params, {"a": X4}), lambda: signature_of(with_params, {"a": X4, "b": X4}),
+     ["params: tree structure changed (key 'b' added)"]),
+    (lambda: signature_of(with_params, {"layer0": {"a": X4}}),
+     lambda: signature_of(with_params, {"layer0": {"a": X4, "b": X4}}),
+     ["params: tree structure changed (key 'b' added at params['layer0'])"]),
+    (lambda: signature_of(with_params, X4, x=[X4, X4, X4]),
+     lambda: signature_of(with_params, X4, x=[X4, X4, X4, X4]),
+     ["x: tree structure changed (list of 3 -> list of 4)"]),
+    (lambda: signature_of(with_params, (X4,)), lambda: signature_of(with_params, [X4]),
+     ["arguments: tree structure changed (tuple -> list at params)"]),
+    (lambda: signature_of(step, X4), lambda: signature_of(step, X4),
      ["signature unchanged: compiled again (a new jit wrapper of the same function, "
       "or its entry was evicted from the cache)"]),
 ])
 def test_explain_change(old, new, expected):
-    assert explain_change(old, new) == expected
+    assert explained(old(), new()) == expected
 
 
-def test_explain_change_uses_the_pytree_difference_when_trees_differ(monkeypatch):
-    monkeypatch.setattr(tracing, "_tree_difference", lambda a, b: "key 'b' added")
-    old = describe([("params['a']", "f32[2]")])
-    new = describe([("params['a']", "f32[2]"), ("params['b']", "f32[2]")])
-    assert explain_change(old, new, "tree-a", "tree-b") == [
-        "params: tree structure changed (key 'b' added)"]
+def test_x64_and_other_settings_are_named():
+    old = signature_of(step, 1)
+    with jax.enable_x64(True):
+        new = signature_of(step, 1)
+    assert explained(old, new) == ["x: i32[]{weak} -> i64[]{weak}", "x64 mode changed (False -> True)"]
+    with jax.default_device(jax.devices()[0]):
+        moved = signature_of(step, 1)
+    (line,) = explained(old, moved)
+    assert line.startswith("jax_default_device: None -> ")
 
 
-@pytest.mark.parametrize("difference, expected", [
-    ("key 'b' added at [0][0]", "key 'b' added"),
-    ("key 'b' added at [0][1]['layer0']", "key 'b' added at params['layer0']"),
-    ("list of 3 -> list of 4 at [1]['params'][2]", "list of 3 -> list of 4 at params[2]"),
-])
-def test_a_tree_difference_is_told_from_the_argument(monkeypatch, difference, expected):
-    monkeypatch.setattr(tracing, "_tree_difference", lambda a, b: difference)
-    old = describe([("params['a']", "f32[2]")])
-    new = describe([("params['a']", "f32[2]"), ("params['b']", "f32[2]")])
-    assert explain_change(old, new, "tree-a", "tree-b") == [
-        f"params: tree structure changed ({expected})"]
-
-
-def test_explain_change_names_a_structure_change_without_new_paths(monkeypatch):
-    monkeypatch.setattr(tracing, "_tree_difference", lambda a, b: "tuple became list")
-    args = describe([("x[0]", "f32[2]")])
-    assert explain_change(args, args, "tuple", "list") == [
-        "arguments: tree structure changed (tuple became list)"]
+def test_keys_and_numpy_leaves_are_described():
+    described = describe(signature_of(with_params, jax.random.key(0), x=jnp.zeros(2).__array__()))
+    assert [(leaf.label, leaf.text) for leaf in described.args] == [
+        ("params", "key<fry>[]"), ("x", "f32[2] (numpy)")]
 
 
 def test_a_recompile_is_explained_against_the_closest_earlier_signature():
     t = Trace()
-    a = FakeSignature([("x", "f32[4]"), ("y", "f32[4]")])
-    b = FakeSignature([("x", "f32[8]"), ("y", "f32[8]")])
-    c = FakeSignature([("x", "f32[4]"), ("y", "f32[2]")])
+    a = signature_of(scaled, X4, X4)
+    b = signature_of(scaled, jnp.ones(8), jnp.ones(8))
+    c = signature_of(scaled, X4, jnp.ones(2))
     for signature in (a, b, c):
         call(t, F, signature, hit=False, compile_ns=1)
     (row,) = t.stats().values()
     assert row["recompiles"] == [
-        {"compile": 2, "changes": ["x: f32[4] -> f32[8]", "y: f32[4] -> f32[8]"]},
-        {"compile": 3, "changes": ["y: f32[4] -> f32[2]"]},
+        {"compile": 2, "changes": ["x: f32[4] -> f32[8]", "lr: f32[4] -> f32[8]"]},
+        {"compile": 3, "changes": ["lr: f32[4] -> f32[2]"]},
     ]
 
 
@@ -237,7 +260,7 @@ def test_trace_file_has_spans_per_call_phase_and_compile(tmp_path):
     names = [e["name"] for e in spans]
     assert names.count("step") == 2
     assert names.count("step: compile") == 1
-    for phase in tracing.PHASES:
+    for phase in PHASES:
         assert names.count(f"step: {phase}") == 2
     compile_span = next(e for e in spans if e["name"] == "step: compile")
     assert compile_span["dur"] == 1000.0          # microseconds
@@ -270,14 +293,14 @@ def test_the_trace_keeps_no_compiled_function_alive():
     t = Trace(max_events=10)
     fn = FakeCompiled(step)
     alive = weakref.ref(fn)
-    for i in range(tracing._FOLD_EVERY):
+    for i in range(recorder._FOLD_EVERY):
         call(t, fn, SIG4, start=i)
     del fn
     gc.collect()
     assert alive() is None
     assert t._keys == {}
     (row,) = t.stats().values()
-    assert row["calls"] == tracing._FOLD_EVERY
+    assert row["calls"] == recorder._FOLD_EVERY
 
 
 def test_a_live_function_keeps_no_finished_trace_alive():
@@ -298,9 +321,8 @@ def test_a_live_function_keeps_no_finished_trace_alive():
 @pytest.fixture
 def sinks(monkeypatch):
     """Captures what trace() installs as the dispatcher's sink."""
-    from fastdispatch import _dispatch
     installed = []
-    monkeypatch.setattr(_dispatch, "set_trace_sink", installed.append, raising=False)
+    monkeypatch.setattr(_dispatch, "set_trace_sink", installed.append)
     return installed
 
 

@@ -1,0 +1,33 @@
+"""The raw limit: a compiled executable run through the bare PjRt call."""
+from __future__ import annotations
+
+import jax
+
+from fastdispatch import _jax
+
+
+def raw_runner(compiled: jax.stages.Compiled, *args, **kwargs):
+    """A zero-argument callable that runs ``compiled`` on these arguments
+    through the bare PjRt call: ``execute_sharded(leaves).consume_with_handlers``.
+
+    The leaves are flattened, pruned to the kept ones, placed on their devices
+    and unwrapped (typed keys) once, here, so that the callable measures the
+    floor of dispatch: no Python work beyond the two jaxlib calls.  Its result
+    is the flat list of outputs.
+    """
+    parts = _jax.executable_parts(compiled)
+    if isinstance(parts, str):
+        raise ValueError(f"raw_runner: this executable cannot run directly ({parts})")
+    leaves = jax.tree_util.tree_leaves((args, kwargs))
+    buffers = []
+    for index, sharding in zip(parts.kept, parts.in_shardings):
+        leaf = jax.device_put(leaves[index], sharding)
+        if jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key):
+            leaf = jax.random.key_data(leaf)
+        buffers.append(leaf)
+    execute, handlers = parts.execute, parts.out_handlers
+
+    def run():
+        return execute(buffers).consume_with_handlers(handlers)
+
+    return run

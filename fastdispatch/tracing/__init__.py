@@ -1,0 +1,113 @@
+"""Dispatch tracing: where the time between Python and the executables goes.
+
+The package, by job:
+  recorder.py   the sink the dispatcher calls on every call; per-function aggregates
+  explain.py    signatures for people, and what changed at each recompile
+  report.py     the text report
+  chrome.py     the Chrome trace-event file (Perfetto)
+  here          the switch: which traces are on, and the public API
+
+Public API (re-exported by ``fastdispatch``):
+
+    with fastdispatch.trace() as t:
+        ...
+    print(t.report()); t.save("run.trace.json")
+
+    fastdispatch.stats()                    # per-function aggregates, as dicts
+    with fastdispatch.assert_max_compiles(1):
+        ...                                 # AssertionError on a recompile
+"""
+from __future__ import annotations
+
+import contextlib
+import threading
+
+from fastdispatch import _dispatch
+from fastdispatch.tracing.recorder import Trace
+from fastdispatch.tracing.report import compile_count_message
+
+__all__ = ["Trace", "assert_max_compiles", "start", "stats", "stop", "trace"]
+
+_active = []        # traces switched on, innermost last
+_last = None        # the latest trace, for stats() after it ended
+_install_lock = threading.Lock()
+
+
+class _FanOut:
+    """The sink while traces are nested: hands each call to all of them."""
+
+    def __init__(self, traces):
+        self.traces = tuple(traces)
+
+    def record(self, *call):
+        for t in self.traces:
+            t.record(*call)
+
+
+def _install():
+    if not _active:
+        sink = None
+    elif len(_active) == 1:
+        sink = _active[0]
+    else:
+        sink = _FanOut(_active)
+    _dispatch.set_trace_sink(sink)
+
+
+def start(max_events=100_000):
+    """Switch a new Trace on and return it (``trace()`` without ``with``)."""
+    global _last
+    t = Trace(max_events)
+    with _install_lock:
+        _active.append(t)
+        _install()
+        _last = t
+    return t
+
+
+def stop(t):
+    """Switch ``t`` off; its results stay readable."""
+    t.stop()
+    with _install_lock:
+        if t in _active:
+            _active.remove(t)
+            _install()
+
+
+@contextlib.contextmanager
+def trace(max_events=100_000):
+    """Trace every compiled-function call in the block.
+
+    ``with fastdispatch.trace() as t: ...`` then ``t.report()`` (the text) and
+    ``t.save(path)`` (Chrome trace JSON for ui.perfetto.dev).  Traces nest.
+    """
+    t = start(max_events)
+    try:
+        yield t
+    finally:
+        stop(t)
+
+
+def stats():
+    """Per-function aggregates of the innermost running trace (or of the
+    latest one that ended) as dicts keyed by ``name (file:line)``; empty when
+    nothing was traced."""
+    current = _active[-1] if _active else _last
+    return current.stats() if current is not None else {}
+
+
+@contextlib.contextmanager
+def assert_max_compiles(n):
+    """Fail when any compiled function compiles more than ``n`` times in the block.
+
+    The AssertionError names each such function and says what changed in its
+    signature at every recompile, e.g. ``x: f32[4] -> f32[8]``.
+    """
+    t = start(max_events=1)
+    try:
+        yield t
+    finally:
+        stop(t)
+    offenders = [s for s in t.function_stats() if s.compiles > n]
+    if offenders:
+        raise AssertionError(compile_count_message(offenders, n))

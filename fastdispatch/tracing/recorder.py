@@ -1,0 +1,334 @@
+"""The recorder: the trace sink the dispatcher calls on every call.
+
+A ``Trace`` is what ``fastdispatch._dispatch.set_trace_sink`` hands every call
+of every compiled function to.  Recording stays cheap: ``record`` appends one
+tuple to a list.  Every ``_FOLD_EVERY`` calls (and before a report) the pending
+tuples are folded into per-function aggregates (``FunctionStats``), which never
+drop anything, and into a ring of the last ``max_events`` calls, which the
+Chrome trace file shows.  Memory stays bounded however long the program runs.
+"""
+from __future__ import annotations
+
+import collections
+import functools
+import inspect
+import itertools
+import json
+import os
+import threading
+import time
+import weakref
+from _thread import get_ident
+
+import numpy as np
+
+from fastdispatch.tracing.explain import closest_change, describe
+
+__all__ = ["FunctionStats", "PHASES", "Trace"]
+
+# Calls are folded into the aggregates in batches of this many: a batch costs
+# a few hundred ns per call with numpy, one call at a time several us in Python.
+_FOLD_EVERY = 4096
+
+# The five phases of a call, between the six stamps of ``times``.
+PHASES = ("flatten", "signature", "lookup", "launch", "unflatten")
+_LAUNCH = PHASES.index("launch")
+
+# How many earlier signatures of one function a recompile is compared against,
+# and how many explanations per function are kept for the report.
+_SIGNATURES_KEPT = 64
+_EXPLANATIONS_KEPT = 20
+
+
+class _Histogram:
+    """Counts of non-negative integers in buckets of about 3% width: the top
+    six bits of a value and its power of two.  Bounded (a few hundred buckets
+    cover 1 ns to hours) and good enough for p50/p99 of dispatch overhead."""
+
+    def __init__(self):
+        self.counts = collections.Counter()
+
+    def add_array(self, values):
+        values = np.maximum(values, 0)
+        _, bit_length = np.frexp(values.astype(np.float64))
+        shift = np.maximum(bit_length - 6, 0)
+        counts = np.bincount((shift << 6) | (values >> shift))
+        buckets = np.flatnonzero(counts)
+        self.counts.update(dict(zip(buckets.tolist(), counts[buckets].tolist())))
+
+    def quantile(self, q):
+        total = sum(self.counts.values())
+        if total == 0:
+            return 0
+        rank = q * (total - 1)
+        seen = 0
+        for bucket in sorted(self.counts):
+            seen += self.counts[bucket]
+            if seen > rank:
+                return _bucket_value(bucket)
+        return _bucket_value(max(self.counts))
+
+
+def _bucket_value(bucket):
+    """The middle of a bucket of _Histogram."""
+    shift, top = bucket >> 6, bucket & 63
+    if shift == 0:
+        return top
+    return (top << shift) + (1 << (shift - 1))
+
+
+class FunctionStats:
+    """Aggregates of one function (keyed by its code location) over a trace."""
+
+    def __init__(self, name, location):
+        self.name = name
+        self.location = location
+        self.calls = 0
+        self.hits = 0
+        self.compiles = 0
+        self.compile_ns = 0
+        self.call_ns = 0                      # end - start, summed over all calls
+        self.fallbacks = collections.Counter()
+        self.fast_calls = 0                   # hits that stayed on the fast path
+        self.phase_ns = [0] * len(PHASES)     # summed over fast-path hits
+        self.overhead_ns = 0                  # summed over fast-path hits
+        self.overhead = _Histogram()
+        # explain.Description of the latest distinct compiled signatures
+        self.signatures = collections.deque(maxlen=_SIGNATURES_KEPT)
+        self.first_signature = None           # Description of the first compile
+        self.recompiles = []                  # (compile number, [what changed])
+        self.recompiles_dropped = 0
+
+    def add_calls(self, phases, overhead, hit, fast):
+        """Fold a batch of calls: ``phases`` (calls x 5 ns), ``overhead``
+        (ns per call) and the ``hit`` and ``fast`` (hit, no fallback) masks."""
+        self.calls += len(phases)
+        self.hits += int(hit.sum())
+        self.call_ns += int(phases.sum())
+        if not fast.all():
+            phases, overhead = phases[fast], overhead[fast]
+        self.fast_calls += len(phases)
+        self.phase_ns = [a + b for a, b in zip(self.phase_ns, phases.sum(axis=0).tolist())]
+        self.overhead_ns += int(overhead.sum())
+        self.overhead.add_array(overhead)
+
+    def as_dict(self, wall_ns):
+        fast = self.fast_calls or 1
+        return {
+            "name": self.name,
+            "location": self.location,
+            "calls": self.calls,
+            "hits": self.hits,
+            "compiles": self.compiles,
+            "compile_seconds": self.compile_ns / 1e9,
+            "fallbacks": dict(self.fallbacks),
+            "overhead_ns": {
+                "mean": self.overhead_ns / fast,
+                "p50": self.overhead.quantile(0.50),
+                "p99": self.overhead.quantile(0.99),
+            },
+            "phase_ns_mean": {
+                phase: total / fast for phase, total in zip(PHASES, self.phase_ns)
+            },
+            "call_seconds": self.call_ns / 1e9,
+            "wall_share": self.call_ns / wall_ns if wall_ns else 0.0,
+            "recompiles": [
+                {"compile": number, "changes": list(changes)}
+                for number, changes in self.recompiles
+            ],
+        }
+
+
+class Trace:
+    """The trace sink: records calls, keeps aggregates, writes the report and
+    the Chrome trace file.  Use ``fastdispatch.trace()`` to switch it on."""
+
+    def __init__(self, max_events=100_000):
+        self.max_events = max_events
+        self._pending = []
+        self._batches = collections.deque()   # folded batches, the latest max_events calls
+        self._batched_calls = 0               # calls in self._batches
+        self._calls_seen = 0
+        self._functions = {}                  # (name, location) -> FunctionStats
+        self._keys = {}                       # id(compiled function) -> ((name, location), weakref)
+        self._thread_names = {}
+        self._fold_lock = threading.Lock()
+        self._cwd = os.getcwd()               # locations are shown relative to it
+        self.start_ns = time.perf_counter_ns()
+        self.end_ns = None
+
+    # -- the hook (hot: with the folding, ~0.7 us a call) ----------------
+    def record(self, fn, times, hit, compile_ns, fallback, signature):
+        tid = get_ident()
+        if tid not in self._thread_names:     # named now: a thread may end before the fold
+            self._thread_names[tid] = threading.current_thread().name
+        self._pending.append((fn, times, hit, compile_ns, fallback, signature, tid))
+        if len(self._pending) >= _FOLD_EVERY:
+            self._fold()
+
+    # -- folding (batched) ------------------------------------------------
+    def _fold(self):
+        with self._fold_lock:
+            pending = self._pending
+            count = len(pending)
+            if not count:
+                return
+            # Slicing, not swapping lists: a thread appending right now keeps
+            # its call, at an index past `count`.
+            batch = pending[:count]
+            del pending[:count]
+            self._fold_batch(batch)
+
+    def _fold_batch(self, batch):
+        fns, times, hits, compiles, fallbacks, signatures, tids = zip(*batch)
+        n = len(batch)
+        stamps = np.fromiter(itertools.chain.from_iterable(times), np.int64, 6 * n).reshape(n, 6)
+        phases = np.diff(stamps, axis=1)
+        hit = np.array(hits, dtype=bool)
+        no_fallback = fallbacks.count(None) == n
+        fast = hit if no_fallback else hit & np.array([f is None for f in fallbacks])
+        # Dispatch overhead: the time of a call outside its executable launch.
+        # Only hits on the fast path count: a miss's time is its compilation,
+        # a fallback's is jax's own dispatch (or tracing).
+        overhead = phases.sum(axis=1) - phases[:, _LAUNCH]
+
+        keys = {fn: self._key_of(fn) for fn in set(fns)}
+        if len(keys) == 1:
+            groups = [(next(iter(keys.values())), slice(None))]
+        else:
+            index = {fn: i for i, fn in enumerate(keys)}
+            codes = np.fromiter(map(index.__getitem__, fns), np.int64, n)
+            groups = [(key, codes == index[fn]) for fn, key in keys.items()]
+        for key, rows in groups:
+            self._functions[key].add_calls(phases[rows], overhead[rows], hit[rows], fast[rows])
+
+        # Misses, compiles and fallbacks are rare: one at a time, in order.
+        if not (no_fallback and hit.all() and compiles.count(0) == n):
+            for fn, one_hit, one_compile_ns, fallback, signature in zip(
+                    fns, hits, compiles, fallbacks, signatures):
+                stats = self._functions[keys[fn]]
+                if fallback is not None:
+                    stats.fallbacks[fallback] += 1
+                if one_compile_ns or (not one_hit and fallback is None):
+                    self._count_compile(stats, one_compile_ns, signature)
+
+        # Keep the batch for the trace file (by function key: neither compiled
+        # functions nor signatures stay alive), then only as many old batches
+        # as the latest max_events calls need.
+        call_keys = list(map(keys.__getitem__, fns))
+        self._batches.append((call_keys, stamps, hits, compiles, fallbacks, tids))
+        self._batched_calls += n
+        self._calls_seen += n
+        while self._batched_calls - len(self._batches[0][0]) >= self.max_events:
+            self._batched_calls -= len(self._batches.popleft()[0])
+
+    def _key_of(self, fn):
+        """The (name, location) of a compiled function, looked up once per function."""
+        fn_id = id(fn)
+        entry = self._keys.get(fn_id)
+        if entry is not None and entry[1]() is fn:
+            return entry[0]
+        name, location = _name_and_location(fn, self._cwd)
+        key = (name, location)
+        if key not in self._functions:
+            self._functions[key] = FunctionStats(name, location)
+        # A weak reference, dropped with the function: a jit inside a loop
+        # makes a new function per call, and the trace must not keep them all.
+        # (The callback holds the dict, not the trace: a long-lived function
+        # must not keep a finished trace and its calls alive.)
+        keys = self._keys
+        try:
+            ref = weakref.ref(fn, lambda _: keys.pop(fn_id, None))
+        except TypeError:
+            ref = lambda: fn            # not weakly referenceable: hold it
+        self._keys[fn_id] = (key, ref)
+        return key
+
+    @staticmethod
+    def _count_compile(stats, compile_ns, signature):
+        stats.compiles += 1
+        stats.compile_ns += compile_ns
+        if signature is None:
+            return
+        current = describe(signature)
+        if stats.first_signature is None:
+            stats.first_signature = current
+        if stats.signatures:
+            changes = closest_change(stats.signatures, current)
+            if len(stats.recompiles) < _EXPLANATIONS_KEPT:
+                stats.recompiles.append((stats.compiles, changes))
+            else:
+                stats.recompiles_dropped += 1
+        stats.signatures.append(current)
+
+    # -- results ----------------------------------------------------------
+    def stop(self):
+        """Stamp the end of the traced wall time (done by the context manager)."""
+        if self.end_ns is None:
+            self.end_ns = time.perf_counter_ns()
+
+    def _wall_ns(self):
+        end = self.end_ns if self.end_ns is not None else time.perf_counter_ns()
+        return end - self.start_ns
+
+    def function_stats(self):
+        """FunctionStats of every traced function, most time in calls first."""
+        self._fold()
+        return sorted(self._functions.values(), key=lambda s: -s.call_ns)
+
+    def stats(self):
+        """Per-function aggregates as dicts, keyed by ``name (file:line)``."""
+        wall = self._wall_ns()
+        return {label(s): s.as_dict(wall) for s in self.function_stats()}
+
+    # The report and the trace file read the recorder's data; their modules
+    # import this one, so they are imported when used.
+
+    def report(self):
+        """The report text: one row per function, then each recompile explained."""
+        from fastdispatch.tracing.report import format_report
+        return format_report(self.function_stats(), self._wall_ns())
+
+    def latest_calls(self):
+        """The latest (up to max_events) calls, oldest first, as tuples
+        ``((name, location), times, hit, compile_ns, fallback, tid)``."""
+        self._fold()
+        calls = []
+        for keys, stamps, hits, compiles, fallbacks, tids in self._batches:
+            calls += zip(keys, stamps.tolist(), hits, compiles, fallbacks, tids)
+        return calls[-self.max_events:]
+
+    def chrome_trace(self):
+        """The Chrome trace-event dict (the JSON object that Perfetto opens)."""
+        from fastdispatch.tracing.chrome import chrome_trace
+        return chrome_trace(self.latest_calls(), self._thread_names, self.start_ns)
+
+    def save(self, path):
+        """Write the last ``max_events`` calls as Chrome trace-event JSON."""
+        with open(path, "w") as f:
+            json.dump(self.chrome_trace(), f, separators=(",", ":"))
+
+
+def label(stats):
+    return f"{stats.name} ({stats.location})"
+
+
+def _name_and_location(fn, cwd):
+    name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or repr(fn)
+    target = inspect.unwrap(getattr(fn, "__wrapped__", fn))
+    while isinstance(target, functools.partial):
+        target = target.func
+    code = getattr(target, "__code__", None)
+    if code is None:
+        return name, "?"
+    return name, f"{_short_path(code.co_filename, cwd)}:{code.co_firstlineno}"
+
+
+def _short_path(filename, cwd):
+    try:
+        relative = os.path.relpath(filename, cwd)
+    except ValueError:                      # another drive on Windows
+        return filename
+    return filename if relative.startswith("..") else relative
+
+
