@@ -2,6 +2,7 @@
 
 Set FASTDISPATCH_ANNOTATE=1 to write Cython's annotated HTML beside each .pyx.
 """
+
 import os
 
 from Cython.Build import cythonize
@@ -17,10 +18,7 @@ COMPILER_DIRECTIVES = {
     "cdivision": True,
 }
 
-extensions = [
-    Extension(f"fastdispatch.{name}", [f"fastdispatch/{name}.pyx"])
-    for name in MODULES
-]
+extensions = [Extension(f"fastdispatch.{name}", [f"fastdispatch/{name}.pyx"]) for name in MODULES]
 
 setup(
     ext_modules=cythonize(

@@ -8,12 +8,13 @@ Nothing here knows about fastdispatch: ``python -m fastdispatch`` routes
 whole batches, so the last batch of every epoch is smaller and ``train_step``
 compiles a second time: the trace report says why (``x: f32[64,8] -> f32[40,8]``).
 """
+
 import sys
 
 import jax
 import jax.numpy as jnp
 
-SAMPLES = 1000          # 15 batches of 64, then one of 40
+SAMPLES = 1000  # 15 batches of 64, then one of 40
 BATCH = 64
 EPOCHS = int(sys.argv[1]) if len(sys.argv) > 1 else 20
 LEARNING_RATE = 0.05
@@ -70,7 +71,7 @@ def main():
     print(f"epoch  0  loss {float(evaluate(params, x, y)):.4f}")
     for epoch in range(1, EPOCHS + 1):
         for start in range(0, SAMPLES, BATCH):
-            params, _ = train_step(params, x[start:start + BATCH], y[start:start + BATCH])
+            params, _ = train_step(params, x[start : start + BATCH], y[start : start + BATCH])
         if epoch % 5 == 0 or epoch == EPOCHS:
             print(f"epoch {epoch:2d}  loss {float(evaluate(params, x, y)):.4f}")
 

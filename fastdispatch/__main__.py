@@ -9,6 +9,7 @@ The program runs as ``python script.py`` would run it: its own ``sys.argv``,
 a report of every compiled-function call on stderr at exit; ``--trace-out``
 writes the calls as Chrome trace-event JSON (open it in ui.perfetto.dev).
 """
+
 from __future__ import annotations
 
 import atexit
@@ -45,7 +46,7 @@ class Options:
         self.trace = False
         self.trace_out = None
         self.patch = True
-        self.module = None        # run with -m
+        self.module = None  # run with -m
         self.script = None
         self.args = []
 
@@ -75,13 +76,13 @@ def parse(argv):
             if i + 1 >= len(argv):
                 usage_error("-m needs a module name")
             options.module = argv[i + 1]
-            options.args = argv[i + 2:]
+            options.args = argv[i + 2 :]
             return options
         elif arg.startswith("-") and arg != "-":
             usage_error(f"unknown option {arg}")
         else:
             options.script = arg
-            options.args = argv[i + 1:]
+            options.args = argv[i + 1 :]
             return options
         i += 1
     usage_error("no script or -m module to run")
@@ -112,12 +113,12 @@ def check_script(path):
         with open(path, "rb"):
             pass
     except IsADirectoryError:
-        pass                      # a directory with __main__.py: runpy handles it
+        pass  # a directory with __main__.py: runpy handles it
     except OSError as e:
         interpreter = sys.orig_argv[0] if sys.orig_argv else "python"
         sys.stderr.write(
-            f"{interpreter}: can't open file '{os.path.abspath(path)}': "
-            f"[Errno {e.errno}] {e.strerror}\n")
+            f"{interpreter}: can't open file '{os.path.abspath(path)}': [Errno {e.errno}] {e.strerror}\n"
+        )
         sys.exit(2)
 
 
@@ -125,6 +126,7 @@ def patch_jax():
     import jax
 
     import fastdispatch
+
     jax.jit = fastdispatch.jit
 
 
@@ -133,6 +135,7 @@ def start_tracing(options):
     runs after the program's threads finished and after its own atexit hooks
     (registered later, so run earlier)."""
     from fastdispatch.tracing import start, stop
+
     t = start()
     # Resolved now: the program may change directory.
     trace_out = os.path.abspath(options.trace_out) if options.trace_out else None
@@ -160,7 +163,7 @@ def run(options):
         sys.path[0] = os.path.dirname(os.path.realpath(options.script))
         if os.path.isfile(options.script):
             run_program = lambda: run_file(options.script)
-        else:                     # a directory or zip file with __main__.py
+        else:  # a directory or zip file with __main__.py
             run_program = lambda: runpy.run_path(options.script, run_name="__main__")
     try:
         run_program()
@@ -176,7 +179,7 @@ def run(options):
 def run_file(script):
     """Execute a script file as the __main__ module, as python does.  (runpy.run_path
     would set sys.argv[0] to the path; python keeps it as typed.)"""
-    path = os.path.abspath(script)   # python names the file by its absolute path
+    path = os.path.abspath(script)  # python names the file by its absolute path
     module = types.ModuleType("__main__")
     module.__file__ = path
     module.__cached__ = None
@@ -202,6 +205,7 @@ def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["bench"]:
         from fastdispatch.bench import main as bench_main
+
         return bench_main(argv[1:])
     options = parse(argv)
     if options.trace_out:

@@ -40,8 +40,9 @@ cdef class CacheEntry:
         if not self.finished:
             if self.compiling_thread == threading.get_ident():
                 raise RecursionError(
-                    f"{getattr(function, '__name__', function)!r}: called again with the same argument types while compiling "
-                    "for them (recursive call from the compiling thread)")
+                    f"{getattr(function, '__name__', function)!r}: called again with the same "
+                    "argument types while compiling for them (recursive call from the compiling "
+                    "thread)")
             self.done.wait()
         if self.compile_error is not None:
             raise self.compile_error

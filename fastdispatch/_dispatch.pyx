@@ -30,7 +30,7 @@ from cpython.ref cimport Py_INCREF
 from cpython.sequence cimport PySequence_Fast_ITEMS
 from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE, PyTuple_New, PyTuple_SET_ITEM
 
-from fastdispatch._cache cimport CacheEntry, CompiledFunctionCache, FunctionCache
+from fastdispatch._cache cimport CacheEntry, CompiledFunctionCache
 from fastdispatch._clock cimport now_ns
 from fastdispatch._execute cimport make_executable
 from fastdispatch._keys cimport same_items

@@ -33,6 +33,7 @@ Private names used, all read here only:
   jax._src.dispatch.needs_check_special   jax_debug_nans / jax_debug_infs
   jaxlib batched_device_put               puts a converted Python scalar on its device
 """
+
 from __future__ import annotations
 
 from typing import NamedTuple
@@ -110,6 +111,7 @@ def slow_path_reason() -> str | None:
 
 # -- pytrees -------------------------------------------------------------------
 
+
 def pytree_registry() -> dict:
     """jax's Python-side pytree registry: ``type -> (to_iter, from_iter)``.
 
@@ -150,6 +152,7 @@ def dataclass_fields(to_iter):
 
 # -- arrays and keys -------------------------------------------------------------
 
+
 def array_descriptor(name: str):
     """The descriptor behind ``ARRAY_TYPE``'s attribute ``name``; it must be a
     data descriptor, so that reading it through its slot equals getattr."""
@@ -170,11 +173,12 @@ def key_array_buffer(key):
 
 def key_aval_text(impl, base_aval) -> str:
     """``key<fry>[3]`` for keys of this impl whose physical array has ``base_aval``."""
-    shape = base_aval.shape[:len(base_aval.shape) - len(impl.key_shape)]
+    shape = base_aval.shape[: len(base_aval.shape) - len(impl.key_shape)]
     return f"key<{impl.tag}>[{','.join(map(str, shape))}]"
 
 
 # -- jit options -------------------------------------------------------------------
+
 
 class ResolvedArguments(NamedTuple):
     static_argnums: tuple
@@ -187,20 +191,25 @@ def resolved_arguments(jitted) -> ResolvedArguments:
     """jax.jit's static and donated arguments, after it matched argnums to argnames."""
     info = jitted._jit_info
     return ResolvedArguments(
-        tuple(info.static_argnums), tuple(info.static_argnames),
-        tuple(info.donate_argnums), tuple(info.donate_argnames))
+        tuple(info.static_argnums),
+        tuple(info.static_argnames),
+        tuple(info.donate_argnums),
+        tuple(info.donate_argnames),
+    )
 
 
 # -- executables ---------------------------------------------------------------------
 
+
 class ExecutableParts(NamedTuple):
     """A jax.stages.Compiled taken apart into what a direct PjRt call needs."""
-    execute: object        # LoadedExecutable.execute_sharded, bound
-    out_handlers: list     # one result handler per flat output
-    out_treedef: object    # jax PyTreeDef of the outputs
-    kept: tuple            # indices of the flat inputs the executable takes, increasing
-    in_shardings: tuple    # the sharding each kept input must have
-    in_avals: tuple        # the aval of each kept input
+
+    execute: object  # LoadedExecutable.execute_sharded, bound
+    out_handlers: list  # one result handler per flat output
+    out_treedef: object  # jax PyTreeDef of the outputs
+    kept: tuple  # indices of the flat inputs the executable takes, increasing
+    in_shardings: tuple  # the sharding each kept input must have
+    in_avals: tuple  # the aval of each kept input
 
 
 def executable_parts(compiled) -> ExecutableParts | str:
@@ -231,9 +240,14 @@ def executable_parts(compiled) -> ExecutableParts | str:
     if len(handlers) != compiled.out_tree.num_leaves:
         return "outputs flatten differently for dispatch"
     # _in_shardings and in_avals list the kept inputs only, in order.
-    return ExecutableParts(call.xla_executable.execute_sharded, handlers, compiled.out_tree,
-                           tuple(sorted(call.kept_var_idx)), tuple(executable._in_shardings),
-                           tuple(executable.in_avals))
+    return ExecutableParts(
+        call.xla_executable.execute_sharded,
+        handlers,
+        compiled.out_tree,
+        tuple(sorted(call.kept_var_idx)),
+        tuple(executable._in_shardings),
+        tuple(executable.in_avals),
+    )
 
 
 def put_scalar(value, aval, sharding, device):

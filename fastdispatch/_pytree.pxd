@@ -10,8 +10,9 @@ cdef enum NodeKind:
     NODE_DICT = 4          # children in sorted-key order, as jax orders them
     NODE_NAMEDTUPLE = 5    # tuple subclass with `_fields`; jax handles it natively
     NODE_CUSTOM = 6        # a type in jax's registry (TreeDef.info says how to walk it)
-    NODE_DATACLASS = 7     # NodeType only: a register_dataclass type whose fields are known,
-                           # walked by getattr with no Python call (its TreeDefs are CUSTOM)
+    # NodeType only: a register_dataclass type whose fields are known, walked
+    # by getattr with no Python call (its TreeDefs are CUSTOM)
+    NODE_DATACLASS = 7
 
 
 @cython.final
@@ -48,8 +49,9 @@ cdef class TreeDef:
     cdef object node_data                  # DICT: DictKeys; CUSTOM: aux data; else None
     cdef tuple children                    # the child TreeDefs, in jax's order
     cdef NodeType info                     # NAMEDTUPLE/CUSTOM: how to rebuild; else None
-    cdef bint cacheable                    # holds only atoms (no user objects) down to its leaves:
-                                           # a memo may keep it without keeping anything alive
+    # Holds only atoms (no user objects) down to its leaves: a memo may keep
+    # it without keeping anything alive.
+    cdef bint cacheable
     cdef object __weakref__                # lets tests check that TreeDefs are freed
 
     cdef bint same_as(self, TreeDef other) except -1   # fast equality: identity, hash, then structure

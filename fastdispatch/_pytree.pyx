@@ -59,6 +59,7 @@ cdef enum:
 # TreeDef
 # ----------------------------------------------------------------------------
 
+
 @cython.final
 @cython.freelist(64)
 cdef class TreeDef:
@@ -389,7 +390,7 @@ cdef DictKeys _new_dict_keys(tuple insertion, tuple sorted_keys):
     """Key orders for a dict whose keys are `insertion`, `sorted_keys` being the same
     key objects in jax's order."""
     cdef DictKeys keys = DictKeys.__new__(DictKeys)
-    cdef Py_ssize_t i, n = PyTuple_GET_SIZE(insertion)
+    cdef Py_ssize_t n = PyTuple_GET_SIZE(insertion)
     keys.insertion = insertion
     keys.sorted_keys = sorted_keys
     keys.keys_hash = hash(sorted_keys)

@@ -6,6 +6,7 @@ that takes it runs once with ``jax.jit`` (what jax does today) and once with
 file (contract, treecases, subprocess_util) are importable by name: pytest's
 ``pythonpath`` setting puts tests/ on the path.
 """
+
 from __future__ import annotations
 
 import jax

@@ -7,6 +7,7 @@ is a module-level function of a test module; it runs in a subprocess that sets
 by path, and calls the function with the given (repr-able) arguments. Batch
 several checks into one body: each process pays jax's start-up (~2 s here).
 """
+
 from __future__ import annotations
 
 import os

@@ -4,13 +4,13 @@ the registered classes they need, and a hypothesis strategy mixing them all.
 Import this module once per process (it registers its classes with jax at import,
 and jax refuses a second registration of the same type).
 """
+
 from __future__ import annotations
 
 import collections
 import dataclasses
 import functools
 
-import jax
 import jax.numpy as jnp
 import jax.tree_util as jtu
 import numpy as np
@@ -38,6 +38,7 @@ class PlainDictSub(dict):
 @dataclasses.dataclass
 class Pair:
     """register_dataclass with explicit fields; `op` is static."""
+
     x: object
     y: object
     op: str = "add"
@@ -47,6 +48,7 @@ class Pair:
 @dataclasses.dataclass
 class Layer:
     """register_dataclass inferring its fields; `name` is static by metadata."""
+
     w: object
     b: object
     name: str = dataclasses.field(default="layer", metadata=dict(static=True))
@@ -56,6 +58,7 @@ class Layer:
 @dataclasses.dataclass
 class NoMeta:
     """A dataclass node with no static field."""
+
     value: object
 
 
@@ -127,12 +130,25 @@ def scale(x, factor=1.0):
 
 # -- the corpus ---------------------------------------------------------------------
 
+
 def leaf_examples() -> list:
     """Objects every pytree library must treat as leaves."""
     return [
-        1, 2.5, True, 3j, "text", b"bytes", np.float32(1.5), np.arange(3),
-        jnp.ones((2,)), object(), PlainTupleSub((1, 2)), PlainDictSub(a=1), Ellipsis,
-        frozenset({1}), range(3),
+        1,
+        2.5,
+        True,
+        3j,
+        "text",
+        b"bytes",
+        np.float32(1.5),
+        np.arange(3),
+        jnp.ones((2,)),
+        object(),
+        PlainTupleSub((1, 2)),
+        PlainDictSub(a=1),
+        Ellipsis,
+        frozenset({1}),
+        range(3),
     ]
 
 
@@ -171,13 +187,16 @@ def cases() -> list[tuple[str, object]]:
         ("static in tuple", (Mode("eval"), 1)),
         ("Partial", jtu.Partial(scale, 2.0, factor=3.0)),
         ("jax array leaves", [jnp.zeros((3,)), jnp.ones(())]),
-        ("everything", {
-            "t": (1, None, [Point(2, 3)]),
-            "d": collections.OrderedDict(z=Pair(4, 5)),
-            "c": Box([6], {"q": Keyed(7, 8)}),
-            "s": Mode("m"),
-            "p": jtu.Partial(scale, 9),
-        }),
+        (
+            "everything",
+            {
+                "t": (1, None, [Point(2, 3)]),
+                "d": collections.OrderedDict(z=Pair(4, 5)),
+                "c": Box([6], {"q": Keyed(7, 8)}),
+                "s": Mode("m"),
+                "p": jtu.Partial(scale, 9),
+            },
+        ),
     ]
 
 

@@ -10,6 +10,7 @@ times, ``report.py`` prints and writes.  Options::
     --plot FILE    a bar chart (needs matplotlib)
     --quick        fewer, shorter repeats (~10 s instead of ~1 min on an idle 2-core machine)
 """
+
 from __future__ import annotations
 
 import argparse
@@ -24,7 +25,7 @@ import jax
 
 from . import report
 from .dispatch import WORKLOADS
-from .runner import FASTDISPATCH, EQUINOX, implementations, run_workload
+from .runner import EQUINOX, FASTDISPATCH, implementations, run_workload
 
 # (repeats, seconds per timed loop): full and --quick.
 FULL = (21, 0.05)
@@ -107,7 +108,7 @@ def metadata(command: str, impls, repeats: int, target_s: float) -> dict:
         status[EQUINOX] = equinox.__version__
     return {
         "command": command,
-        "date_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "date_utc": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "python": platform.python_version(),
         "jax": jax.__version__,
         "jaxlib": jaxlib.__version__,
@@ -137,8 +138,13 @@ def cpu_model() -> str:
 def _git_commit() -> str:
     """The commit of the fastdispatch checkout being measured, when it is one."""
     try:
-        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=os.path.dirname(__file__),
-                             capture_output=True, text=True, timeout=10)
+        out = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            cwd=os.path.dirname(__file__),
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
     except (OSError, subprocess.SubprocessError):
         return ""
     return out.stdout.strip() if out.returncode == 0 else ""
@@ -164,6 +170,9 @@ def _run_pytree_group(quick: bool) -> list[dict]:
 
     print("  running pytree ...", file=sys.stderr, flush=True)
     rows = pytree.run(repeats=QUICK[0] if quick else FULL[0])
-    print("\npytree: fastdispatch._pytree against jax.tree_util, us per call (from fastdispatch/bench/pytree.py)")
+    print(
+        "\npytree: fastdispatch._pytree against jax.tree_util, us per call "
+        "(from fastdispatch/bench/pytree.py)"
+    )
     print(pytree.format_table(rows))
     return rows

@@ -1,4 +1,5 @@
 """``python -m fastdispatch.bench``: the same as ``python -m fastdispatch bench``."""
+
 import sys
 
 from . import main

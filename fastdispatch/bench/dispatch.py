@@ -6,12 +6,14 @@ runner blocks once on the last output) unless the workload is a blocking one;
 feedback loops pass outputs back in as the next call's inputs, as a training
 loop does.  Array sizes are tiny on purpose: the point is dispatch, not compute.
 """
+
 from __future__ import annotations
 
 import dataclasses
 import functools
 import operator
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -41,7 +43,7 @@ class Workload:
     name: str  # id for --only
     title: str  # row label
     fun: Callable
-    make_args: Callable[[], "tuple[tuple, dict]"]  # fresh (args, kwargs) each call
+    make_args: Callable[[], tuple[tuple, dict]]  # fresh (args, kwargs) each call
     loop: Loop = same_args
     jit_options: dict = dataclasses.field(default_factory=dict)
     devices: int = 1  # CPU devices the workload needs
@@ -60,6 +62,7 @@ def _vec(value, n=4):
 
 # --- two small arrays ---------------------------------------------------------
 
+
 def add(x, y):
     return x + y
 
@@ -70,17 +73,20 @@ def _two_arrays():
 
 # --- one array through identity -----------------------------------------------
 
+
 def identity(x):
     return x
 
 
 # --- a Python float and an array ----------------------------------------------
 
+
 def scale(x, s):
     return x * s
 
 
 # --- 200 positional arrays ----------------------------------------------------
+
 
 def total(*xs):
     return functools.reduce(operator.add, xs)
@@ -148,6 +154,7 @@ def adam_fed_back(fn, args, kwargs, n):
 
 # --- keyword arguments with a static_argnames string ---------------------------
 
+
 def combine(x, *, y, mode):
     return x + y if mode == "add" else x * y
 
@@ -157,6 +164,7 @@ def _kwargs_args():
 
 
 # --- a registered dataclass pytree ---------------------------------------------
+
 
 @functools.partial(jax.tree_util.register_dataclass, data_fields=["position", "velocity"], meta_fields=["dt"])
 @dataclasses.dataclass
@@ -175,6 +183,7 @@ def _particles_args():
 
 
 # --- a typed PRNG key fed back -------------------------------------------------
+
 
 def sample(key):
     key, sub = jax.random.split(key)
@@ -206,40 +215,65 @@ WORKLOADS = [
     Workload("identity", "one array through identity", identity, lambda: ((_vec(1.0),), {})),
     Workload("float_and_array", "Python float and an array", scale, lambda: ((_vec(1.0), 2.5), {})),
     Workload(
-        "numpy_args", "two numpy arrays", add,
+        "numpy_args",
+        "two numpy arrays",
+        add,
         lambda: ((np.ones(4, np.float32), np.full(4, 2.0, np.float32)), {}),
         note="raw limit has the arguments already on the device",
     ),
-    Workload("positional_200", "200 positional arrays", total, lambda: (tuple(_vec(i) for i in range(200)), {})),
+    Workload(
+        "positional_200", "200 positional arrays", total, lambda: (tuple(_vec(i) for i in range(200)), {})
+    ),
     Workload("sgd_params", "SGD, 50-layer param dict", sgd, _sgd_args),
     Workload(
-        "sgd_donated", "SGD, params donated and fed back", sgd, _sgd_args, loop=sgd_fed_back,
+        "sgd_donated",
+        "SGD, params donated and fed back",
+        sgd,
+        _sgd_args,
+        loop=sgd_fed_back,
         jit_options={"donate_argnums": 0},
         equinox="filter_jit can't donate only the first argument",
         note="raw limit of the non-donated twin: donated buffers can't be reused",
     ),
     Workload(
-        "adam_step", "Adam step, outputs fed back", adam_step, _adam_args,
+        "adam_step",
+        "Adam step, outputs fed back",
+        adam_step,
+        _adam_args,
         loop=adam_fed_back,
         equinox="filter_jit makes step: int static: a compile every call",
         note="adam_step(params, opt_state, batch, step: int, lr: float); "
         "raw limit runs the first call's inputs every time",
     ),
     Workload(
-        "kwargs_static", "keyword args, static_argnames='mode'", combine, _kwargs_args,
+        "kwargs_static",
+        "keyword args, static_argnames='mode'",
+        combine,
+        _kwargs_args,
         jit_options={"static_argnames": "mode"},
     ),
     Workload("dataclass", "registered dataclass pytree", integrate, _particles_args),
     Workload(
-        "prng_key", "typed PRNG key fed back", sample, lambda: ((jax.random.key(0),), {}), loop=key_fed_back,
+        "prng_key",
+        "typed PRNG key fed back",
+        sample,
+        lambda: ((jax.random.key(0),), {}),
+        loop=key_fed_back,
         note="raw limit runs the first key every time",
     ),
     Workload(
-        "sharded_8", f"array sharded over {SHARDED_DEVICES} CPU devices", add, _sharded_args,
+        "sharded_8",
+        f"array sharded over {SHARDED_DEVICES} CPU devices",
+        add,
+        _sharded_args,
         devices=SHARDED_DEVICES,
     ),
     Workload(
-        "two_arrays_traced", "two arrays, tracing on", add, _two_arrays, traced=True,
+        "two_arrays_traced",
+        "two arrays, tracing on",
+        add,
+        _two_arrays,
+        traced=True,
         note="fastdispatch runs under `with fastdispatch.trace():`; not in the summary",
     ),
 ]

@@ -7,6 +7,7 @@ Each workload is timed for both libraries in the same run, repeats interleaved
 gives medians per call and the ratio ours/jax (below 1: we are faster).
 Not a test: nothing here asserts; the numbers go into docs/performance.md.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -29,6 +30,7 @@ from fastdispatch.bench import cpu_model
 @dataclasses.dataclass
 class Layer:
     """A registered dataclass as models use them: two arrays and a static name."""
+
     w: object
     b: object
     name: str = dataclasses.field(metadata=dict(static=True))
@@ -53,11 +55,13 @@ def cold_workloads() -> dict:
     w, b = np.ones((8, 8), np.float32), np.ones((8,), np.float32)
     return {
         # Equal keys, but new str objects each call (dicts rebuilt with f-strings).
-        "param dict, new key objects each call":
-            [{f"layer_{i}": {"w": w, "b": b} for i in range(50)} for _ in range(64)],
+        "param dict, new key objects each call": [
+            {f"layer_{i}": {"w": w, "b": b} for i in range(50)} for _ in range(64)
+        ],
         # More distinct key sets than the key-order cache holds: every call sorts.
         "20-key dicts never seen before": [
-            {f"key_{shape}_{i}": w for i in range(20)} for shape in range(1500)],
+            {f"key_{shape}_{i}": w for i in range(20)} for shape in range(1500)
+        ],
     }
 
 
@@ -96,23 +100,35 @@ def run(repeats: int = 15) -> list[dict]:
         assert treedef.to_jax() == jax_treedef
         pairs = {
             "flatten": (lambda: _pytree.flatten(tree), lambda: jtu.tree_flatten(tree)),
-            "unflatten": (lambda: treedef.unflatten(leaves),
-                          lambda: jtu.tree_unflatten(jax_treedef, jax_leaves)),
+            "unflatten": (
+                lambda: treedef.unflatten(leaves),
+                lambda: jtu.tree_unflatten(jax_treedef, jax_leaves),
+            ),
         }
         for operation, (ours, theirs) in pairs.items():
-            rows.append(_row(name, operation, treedef.num_leaves,
-                             *_time_pair(ours, theirs, repeats)))
+            rows.append(_row(name, operation, treedef.num_leaves, *_time_pair(ours, theirs, repeats)))
     for name, pool in cold_workloads().items():
         ours_pool, jax_pool = itertools.cycle(pool), itertools.cycle(pool)
-        rows.append(_row(name, "flatten", _pytree.flatten(pool[0])[1].num_leaves,
-                         *_time_pair(lambda: _pytree.flatten(next(ours_pool)),
-                                     lambda: jtu.tree_flatten(next(jax_pool)), repeats)))
+        rows.append(
+            _row(
+                name,
+                "flatten",
+                _pytree.flatten(pool[0])[1].num_leaves,
+                *_time_pair(
+                    lambda: _pytree.flatten(next(ours_pool)),
+                    lambda: jtu.tree_flatten(next(jax_pool)),
+                    repeats,
+                ),
+            )
+        )
     return rows
 
 
 def environment() -> str:
-    return (f"jax {jax.__version__}, jaxlib {jaxlib.__version__}, "
-            f"Python {platform.python_version()}, numpy {np.__version__}, CPU: {cpu_model()}")
+    return (
+        f"jax {jax.__version__}, jaxlib {jaxlib.__version__}, "
+        f"Python {platform.python_version()}, numpy {np.__version__}, CPU: {cpu_model()}"
+    )
 
 
 def format_table(rows: list[dict]) -> str:
@@ -124,14 +140,16 @@ def format_table(rows: list[dict]) -> str:
     for row in rows:
         lines.append(
             f"| {row['workload']} | {row['operation']} | {row['leaves']} | "
-            f"{row['fastdispatch_us']:.2f} | {row['jax_us']:.2f} | {row['ratio']:.2f} |")
+            f"{row['fastdispatch_us']:.2f} | {row['jax_us']:.2f} | {row['ratio']:.2f} |"
+        )
     return "\n".join(lines)
 
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=15,
-                        help="interleaved repeats per measurement (medians are reported)")
+    parser.add_argument(
+        "--repeats", type=int, default=15, help="interleaved repeats per measurement (medians are reported)"
+    )
     args = parser.parse_args(argv)
     print(environment())
     print(f"command: python -m fastdispatch.bench.pytree --repeats {args.repeats}")

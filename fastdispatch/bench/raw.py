@@ -1,4 +1,5 @@
 """The raw limit: a compiled executable run through the bare PjRt call."""
+
 from __future__ import annotations
 
 import jax

@@ -1,4 +1,5 @@
 """The benchmark's outputs: the text table with its summary, the JSON file, the plot."""
+
 from __future__ import annotations
 
 import json
@@ -23,7 +24,8 @@ def format_header(meta: dict) -> str:
         f"{meta['cpu']} ({meta['cores']} cores), {meta['devices']} CPU devices",
         f"command: {meta['command']}",
         f"fastdispatch.jit: {meta['fastdispatch']} | equinox.filter_jit: {meta['equinox']}",
-        f"us per call, median of {meta['repeats']} interleaved repeats; ratios are medians of paired repeats; "
+        f"us per call, median of {meta['repeats']} interleaved repeats; "
+        "ratios are medians of paired repeats; "
         "loops dispatch only and block once at the end, unless marked 'block every call'",
     ]
     return "\n".join(lines)
@@ -49,7 +51,9 @@ def format_table(results: list[Result], show_equinox: bool) -> str:
         if w.note:
             notes.append(f"{w.name}: {w.note}")
         if res.fallbacks:
-            reasons = ", ".join(f"{why!r} on {calls} of {FED_BACK_CALLS} calls" for why, calls in res.fallbacks.items())
+            reasons = ", ".join(
+                f"{why!r} on {calls} of {FED_BACK_CALLS} calls" for why, calls in res.fallbacks.items()
+            )
             notes.append(f"{w.name}: fastdispatch left its fast path: {reasons}")
         for name, why in res.skipped.items():
             if name in impls:
@@ -57,8 +61,12 @@ def format_table(results: list[Result], show_equinox: bool) -> str:
     widths = [max(len(row[i]) for row in [head] + rows) for i in range(len(head))]
     lines = ["  ".join(_pad(c, widths[i], i) for i, c in enumerate(row)) for row in [head] + rows]
     lines.insert(1, "  ".join("-" * width for width in widths))
-    lines.append("overhead = (fastdispatch - raw) / (jax.jit - raw); raw = the bare PjRt call on prepared leaves,")
-    lines.append("  through fastdispatch.bench.raw.raw_runner's closure (one Python frame, ~0.1 us here, is in it)")
+    lines.append(
+        "overhead = (fastdispatch - raw) / (jax.jit - raw); raw = the bare PjRt call on prepared leaves,"
+    )
+    lines.append(
+        "  through fastdispatch.bench.raw.raw_runner's closure (one Python frame, ~0.1 us here, is in it)"
+    )
     lines += [f"  {note}" for note in notes]
     return "\n".join(lines)
 
@@ -71,18 +79,30 @@ def summary(results: list[Result]) -> list[dict]:
     if ratios:
         geomean = math.exp(sum(math.log(r) for r in ratios.values()) / len(ratios))
         worst = max(ratios, key=ratios.get)
-        items.append(_item(f"geomean fastdispatch/jax.jit over {len(ratios)} workloads", geomean, GEOMEAN_TARGET))
+        items.append(
+            _item(f"geomean fastdispatch/jax.jit over {len(ratios)} workloads", geomean, GEOMEAN_TARGET)
+        )
         items.append(_item(f"max fastdispatch/jax.jit ({worst})", ratios[worst], MAX_TARGET))
     else:
         items.append(_item("geomean fastdispatch/jax.jit", None, GEOMEAN_TARGET))
         items.append(_item("max fastdispatch/jax.jit", None, MAX_TARGET))
     for name in PYTREE_HEAVY:
         if name in by_name:
-            items.append(_item(f"overhead ratio, {by_name[name].workload.title}", by_name[name].overhead_ratio(),
-                               OVERHEAD_TARGET))
+            items.append(
+                _item(
+                    f"overhead ratio, {by_name[name].workload.title}",
+                    by_name[name].overhead_ratio(),
+                    OVERHEAD_TARGET,
+                )
+            )
     if TWO_ARRAYS in by_name:
-        items.append(_item("two-array overhead above the raw limit, us", by_name[TWO_ARRAYS].above_raw(),
-                           ABOVE_RAW_TARGET_US))
+        items.append(
+            _item(
+                "two-array overhead above the raw limit, us",
+                by_name[TWO_ARRAYS].above_raw(),
+                ABOVE_RAW_TARGET_US,
+            )
+        )
     return items
 
 
@@ -100,21 +120,23 @@ def to_json(results: list[Result], meta: dict, extra: dict | None = None) -> dic
     rows = []
     for res in results:
         w = res.workload
-        rows.append({
-            "name": w.name,
-            "title": w.title,
-            "note": w.note,
-            "error": res.error,
-            "calls_per_loop": res.calls,
-            "us_per_call": {name: res.median(name) for name in res.samples},
-            "samples_us": res.samples,
-            "skipped": res.skipped,
-            "fastdispatch_fallbacks": res.fallbacks,
-            "fastdispatch_over_jax": res.ratio(),
-            "overhead_ratio": res.overhead_ratio(),
-            "fastdispatch_above_raw_us": res.above_raw(),
-            "equinox_over_jax": res.ratio(EQUINOX),
-        })
+        rows.append(
+            {
+                "name": w.name,
+                "title": w.title,
+                "note": w.note,
+                "error": res.error,
+                "calls_per_loop": res.calls,
+                "us_per_call": {name: res.median(name) for name in res.samples},
+                "samples_us": res.samples,
+                "skipped": res.skipped,
+                "fastdispatch_fallbacks": res.fallbacks,
+                "fastdispatch_over_jax": res.ratio(),
+                "overhead_ratio": res.overhead_ratio(),
+                "fastdispatch_above_raw_us": res.above_raw(),
+                "equinox_over_jax": res.ratio(EQUINOX),
+            }
+        )
     return {"metadata": meta, "rows": rows, "summary": summary(results), **(extra or {})}
 
 
@@ -137,19 +159,26 @@ def plot(results: list[Result], path: str) -> str:
     import matplotlib.pyplot as plt
 
     impls = [name for name in (JAX, FASTDISPATCH, EQUINOX, RAW) if any(name in r.samples for r in results)]
-    fig, (left, right) = plt.subplots(1, 2, figsize=(13, 0.45 * len(results) + 1.5), sharey=True,
-                                      gridspec_kw={"width_ratios": [3, 1]})
+    fig, (left, right) = plt.subplots(
+        1, 2, figsize=(13, 0.45 * len(results) + 1.5), sharey=True, gridspec_kw={"width_ratios": [3, 1]}
+    )
     height = 0.8 / len(impls)
     for i, name in enumerate(impls):
         ys = [row + i * height for row in range(len(results))]
         left.barh(ys, [res.median(name) or 0 for res in results], height, label=name)
     left.set_xscale("log")
     left.set_xlabel("us per call (log)")
-    left.set_yticks([row + 0.4 - height / 2 for row in range(len(results))], [r.workload.title for r in results])
+    left.set_yticks(
+        [row + 0.4 - height / 2 for row in range(len(results))], [r.workload.title for r in results]
+    )
     left.invert_yaxis()
     left.legend()
-    right.barh([row + 0.4 - height / 2 for row in range(len(results))], [r.ratio() or 0 for r in results], 0.6,
-               color=f"C{impls.index(FASTDISPATCH)}" if FASTDISPATCH in impls else None)
+    right.barh(
+        [row + 0.4 - height / 2 for row in range(len(results))],
+        [r.ratio() or 0 for r in results],
+        0.6,
+        color=f"C{impls.index(FASTDISPATCH)}" if FASTDISPATCH in impls else None,
+    )
     right.axvline(MAX_TARGET, color="k", lw=0.8)
     right.axvline(GEOMEAN_TARGET, color="k", lw=0.8, ls="--")
     right.set_xlabel("fastdispatch / jax.jit")

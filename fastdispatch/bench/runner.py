@@ -10,6 +10,7 @@ Fairness rules, all here:
   so that machine noise hits them alike, and ratios are medians over the paired
   repeats, never ratios of medians.
 """
+
 from __future__ import annotations
 
 import collections
@@ -18,14 +19,13 @@ import dataclasses
 import gc
 import statistics
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import jax
 import numpy as np
 
-from .raw import raw_runner
-
 from .dispatch import Workload
+from .raw import raw_runner
 
 JAX, FASTDISPATCH, EQUINOX, RAW = "jax.jit", "fastdispatch", "equinox", "raw"
 
@@ -62,7 +62,9 @@ class Result:
     samples: dict = dataclasses.field(default_factory=dict)  # impl -> [us per call, one per repeat]
     skipped: dict = dataclasses.field(default_factory=dict)  # impl -> why it has no timing
     error: str = ""  # why the whole row has no timing
-    fallbacks: dict = dataclasses.field(default_factory=dict)  # fastdispatch.trace: reason -> calls of FED_BACK_CALLS
+    fallbacks: dict = dataclasses.field(
+        default_factory=dict
+    )  # fastdispatch.trace: reason -> calls of FED_BACK_CALLS
 
     def median(self, name: str) -> float | None:
         return statistics.median(self.samples[name]) if name in self.samples else None
@@ -113,7 +115,8 @@ def run_workload(w: Workload, impls: list[Impl], repeats: int, target_s: float) 
                 fn = impl.wrap(w)
                 first, fed_back = _outputs(w, fn, context)
                 why = _difference(expected[0], first) or _difference(
-                    expected[1], fed_back, label=f"output after {FED_BACK_CALLS} calls")
+                    expected[1], fed_back, label=f"output after {FED_BACK_CALLS} calls"
+                )
             except Exception as e:
                 why = _raised(e)
         if why:
@@ -229,16 +232,19 @@ def _raw_runner(w: Workload) -> Callable[[], list]:
 
 def _raw_loop(run: Callable[[], list], blocking: bool) -> Callable[[int], object]:
     if blocking:
+
         def loop(n):
             for _ in range(n):
                 out = run()
                 out[0].block_until_ready()
             return out
     else:
+
         def loop(n):
             for _ in range(n):
                 out = run()
             return out
+
     return loop
 
 

@@ -17,6 +17,7 @@ Public API (re-exported by ``fastdispatch``):
     with fastdispatch.assert_max_compiles(1):
         ...                                 # AssertionError on a recompile
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -28,8 +29,8 @@ from fastdispatch.tracing.report import compile_count_message
 
 __all__ = ["Trace", "assert_max_compiles", "start", "stats", "stop", "trace"]
 
-_active = []        # traces switched on, innermost last
-_last = None        # the latest trace, for stats() after it ended
+_active = []  # traces switched on, innermost last
+_last = None  # the latest trace, for stats() after it ended
 _install_lock = threading.Lock()
 
 

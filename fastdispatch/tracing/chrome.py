@@ -1,4 +1,5 @@
 """The trace file: the latest calls as Chrome trace-event JSON, which Perfetto opens."""
+
 from __future__ import annotations
 
 import os
@@ -12,24 +13,33 @@ def chrome_trace(events, thread_names, start_ns):
     """Complete ("X") events per call, per phase and per compile; metadata
     events naming the process and each thread.  Times in microseconds."""
     pid = os.getpid()
-    out = [{"name": "process_name", "ph": "M", "pid": pid, "tid": 0,
-            "args": {"name": "fastdispatch trace"}}]
+    out = [{"name": "process_name", "ph": "M", "pid": pid, "tid": 0, "args": {"name": "fastdispatch trace"}}]
     for tid, name in thread_names.items():
-        out.append({"name": "thread_name", "ph": "M", "pid": pid, "tid": tid,
-                    "args": {"name": name}})
+        out.append({"name": "thread_name", "ph": "M", "pid": pid, "tid": tid, "args": {"name": name}})
 
     def span(name, category, begin, end, tid, args=None):
-        event = {"name": name, "cat": category, "ph": "X",
-                 "ts": (begin - start_ns) / 1e3, "dur": (end - begin) / 1e3,
-                 "pid": pid, "tid": tid}
+        event = {
+            "name": name,
+            "cat": category,
+            "ph": "X",
+            "ts": (begin - start_ns) / 1e3,
+            "dur": (end - begin) / 1e3,
+            "pid": pid,
+            "tid": tid,
+        }
         if args:
             event["args"] = args
         out.append(event)
 
     for (name, location), times, hit, compile_ns, fallback, tid in events:
-        span(name, "call", times[0], times[5], tid, {
-            "location": location, "hit": hit, "fallback": fallback,
-            "compile_ms": compile_ns / 1e6})
+        span(
+            name,
+            "call",
+            times[0],
+            times[5],
+            tid,
+            {"location": location, "hit": hit, "fallback": fallback, "compile_ms": compile_ns / 1e6},
+        )
         if fallback is not None:
             # jax.jit ran the call: its phases are not fastdispatch's.
             span(f"{name}: jax.jit ({fallback})", "fallback", times[0], times[5], tid)

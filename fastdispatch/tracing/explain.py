@@ -7,6 +7,7 @@ jax's context.  ``explain_change(old, new)`` compares two descriptions and
 says, by argument path, what changed: shapes, dtypes, weak types,
 placements, tree structure, static values, jax settings.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -26,13 +27,14 @@ _POSITIONAL, _KEYWORD = SequenceKey(0), SequenceKey(1)
 @dataclasses.dataclass(frozen=True)
 class ArgumentLeaf:
     """One dynamic leaf of a call."""
-    path: tuple            # jax key entries from the root (args, kwargs)
-    argument: str          # the parameter it belongs to: "params"
-    label: str             # the parameter and the path below it: "params['w']"
-    aval: str              # shape and dtype: "f32[2,3]", "key<fry>[]"
+
+    path: tuple  # jax key entries from the root (args, kwargs)
+    argument: str  # the parameter it belongs to: "params"
+    label: str  # the parameter and the path below it: "params['w']"
+    aval: str  # shape and dtype: "f32[2,3]", "key<fry>[]"
     weak_type: bool
-    placement: str = ""    # the sharding of a committed array or key
-    numpy: bool = False    # a numpy value (jax.jit converts it)
+    placement: str = ""  # the sharding of a committed array or key
+    numpy: bool = False  # a numpy value (jax.jit converts it)
 
     @property
     def text(self) -> str:
@@ -45,10 +47,11 @@ class ArgumentLeaf:
 @dataclasses.dataclass(frozen=True)
 class Description:
     """A CallSignature as people read it."""
-    args: tuple            # ArgumentLeaf per dynamic leaf, in flatten order
-    static: tuple          # (label, repr(value)) per static argument
-    context: tuple         # (name, repr(value)) per value of jax's trace context
-    treedef: object = None # the signature's TreeDef, to explain structure changes
+
+    args: tuple  # ArgumentLeaf per dynamic leaf, in flatten order
+    static: tuple  # (label, repr(value)) per static argument
+    context: tuple  # (name, repr(value)) per value of jax's trace context
+    treedef: object = None  # the signature's TreeDef, to explain structure changes
     arg_names: tuple = ()  # dynamic positional parameter names
 
 
@@ -96,13 +99,10 @@ def describe(signature) -> Description:
     for path, key in zip(signature.treedef.leaf_paths(), signature.leaf_keys()):
         aval, weak_type, placement, numpy = _leaf_aval(key, x64)
         argument, rest = argument_of(path, signature.arg_names)
-        args.append(ArgumentLeaf(path, argument, argument + keystr(rest), aval, weak_type,
-                                 placement, numpy))
+        args.append(ArgumentLeaf(path, argument, argument + keystr(rest), aval, weak_type, placement, numpy))
     static_args = signature.static_args
-    static = tuple((str(static_args[i]), repr(static_args[i + 2]))
-                   for i in range(0, len(static_args), 3))
-    context = tuple((name, repr(value)) for name, value in
-                    zip(_jax.trace_context_names(), signature.context))
+    static = tuple((str(static_args[i]), repr(static_args[i + 2])) for i in range(0, len(static_args), 3))
+    context = tuple((name, repr(value)) for name, value in zip(_jax.trace_context_names(), signature.context))
     return Description(tuple(args), static, context, signature.treedef, signature.arg_names)
 
 
@@ -115,6 +115,7 @@ def signature_text(signature) -> str:
 
 
 # -- what changed -----------------------------------------------------------------
+
 
 def explain_change(old: Description, new: Description) -> list[str]:
     """Lines saying how ``new`` differs from ``old``, by argument path."""
@@ -137,7 +138,8 @@ def explain_change(old: Description, new: Description) -> list[str]:
     if not changes:
         changes.append(
             "signature unchanged: compiled again (a new jit wrapper of the same "
-            "function, or its entry was evicted from the cache)")
+            "function, or its entry was evicted from the cache)"
+        )
     return changes
 
 
@@ -156,8 +158,7 @@ def _structure_changes(old: Description, new: Description) -> list[str]:
     new_paths = {leaf.path for leaf in new.args}
     added = [leaf for leaf in new.args if leaf.path not in old_paths]
     removed = [leaf for leaf in old.args if leaf.path not in new_paths]
-    trees_differ = (old.treedef is not None and new.treedef is not None
-                    and old.treedef != new.treedef)
+    trees_differ = old.treedef is not None and new.treedef is not None and old.treedef != new.treedef
     if not added and not removed and not trees_differ:
         return []
     difference = first_difference(old.treedef, new.treedef) if trees_differ else None

@@ -7,6 +7,7 @@ tuples are folded into per-function aggregates (``FunctionStats``), which never
 drop anything, and into a ring of the last ``max_events`` calls, which the
 Chrome trace file shows.  Memory stays bounded however long the program runs.
 """
+
 from __future__ import annotations
 
 import collections
@@ -87,16 +88,16 @@ class FunctionStats:
         self.hits = 0
         self.compiles = 0
         self.compile_ns = 0
-        self.call_ns = 0                      # end - start, summed over all calls
+        self.call_ns = 0  # end - start, summed over all calls
         self.fallbacks = collections.Counter()
-        self.fast_calls = 0                   # hits that stayed on the fast path
-        self.phase_ns = [0] * len(PHASES)     # summed over fast-path hits
-        self.overhead_ns = 0                  # summed over fast-path hits
+        self.fast_calls = 0  # hits that stayed on the fast path
+        self.phase_ns = [0] * len(PHASES)  # summed over fast-path hits
+        self.overhead_ns = 0  # summed over fast-path hits
         self.overhead = _Histogram()
         # explain.Description of the latest distinct compiled signatures
         self.signatures = collections.deque(maxlen=_SIGNATURES_KEPT)
-        self.first_signature = None           # Description of the first compile
-        self.recompiles = []                  # (compile number, [what changed])
+        self.first_signature = None  # Description of the first compile
+        self.recompiles = []  # (compile number, [what changed])
         self.recompiles_dropped = 0
 
     def add_calls(self, phases, overhead, hit, fast):
@@ -127,14 +128,11 @@ class FunctionStats:
                 "p50": self.overhead.quantile(0.50),
                 "p99": self.overhead.quantile(0.99),
             },
-            "phase_ns_mean": {
-                phase: total / fast for phase, total in zip(PHASES, self.phase_ns)
-            },
+            "phase_ns_mean": {phase: total / fast for phase, total in zip(PHASES, self.phase_ns)},
             "call_seconds": self.call_ns / 1e9,
             "wall_share": self.call_ns / wall_ns if wall_ns else 0.0,
             "recompiles": [
-                {"compile": number, "changes": list(changes)}
-                for number, changes in self.recompiles
+                {"compile": number, "changes": list(changes)} for number, changes in self.recompiles
             ],
         }
 
@@ -146,21 +144,21 @@ class Trace:
     def __init__(self, max_events=100_000):
         self.max_events = max_events
         self._pending = []
-        self._batches = collections.deque()   # folded batches, the latest max_events calls
-        self._batched_calls = 0               # calls in self._batches
+        self._batches = collections.deque()  # folded batches, the latest max_events calls
+        self._batched_calls = 0  # calls in self._batches
         self._calls_seen = 0
-        self._functions = {}                  # (name, location) -> FunctionStats
-        self._keys = {}                       # id(compiled function) -> ((name, location), weakref)
+        self._functions = {}  # (name, location) -> FunctionStats
+        self._keys = {}  # id(compiled function) -> ((name, location), weakref)
         self._thread_names = {}
         self._fold_lock = threading.Lock()
-        self._cwd = os.getcwd()               # locations are shown relative to it
+        self._cwd = os.getcwd()  # locations are shown relative to it
         self.start_ns = time.perf_counter_ns()
         self.end_ns = None
 
     # -- the hook (hot: with the folding, ~0.7 us a call) ----------------
     def record(self, fn, times, hit, compile_ns, fallback, signature):
         tid = get_ident()
-        if tid not in self._thread_names:     # named now: a thread may end before the fold
+        if tid not in self._thread_names:  # named now: a thread may end before the fold
             self._thread_names[tid] = threading.current_thread().name
         self._pending.append((fn, times, hit, compile_ns, fallback, signature, tid))
         if len(self._pending) >= _FOLD_EVERY:
@@ -205,7 +203,8 @@ class Trace:
         # Misses, compiles and fallbacks are rare: one at a time, in order.
         if not (no_fallback and hit.all() and compiles.count(0) == n):
             for fn, one_hit, one_compile_ns, fallback, signature in zip(
-                    fns, hits, compiles, fallbacks, signatures):
+                fns, hits, compiles, fallbacks, signatures
+            ):
                 stats = self._functions[keys[fn]]
                 if fallback is not None:
                     stats.fallbacks[fallback] += 1
@@ -240,7 +239,7 @@ class Trace:
         try:
             ref = weakref.ref(fn, lambda _: keys.pop(fn_id, None))
         except TypeError:
-            ref = lambda: fn            # not weakly referenceable: hold it
+            ref = lambda: fn  # not weakly referenceable: hold it
         self._keys[fn_id] = (key, ref)
         return key
 
@@ -287,6 +286,7 @@ class Trace:
     def report(self):
         """The report text: one row per function, then each recompile explained."""
         from fastdispatch.tracing.report import format_report
+
         return format_report(self.function_stats(), self._wall_ns())
 
     def latest_calls(self):
@@ -296,11 +296,12 @@ class Trace:
         calls = []
         for keys, stamps, hits, compiles, fallbacks, tids in self._batches:
             calls += zip(keys, stamps.tolist(), hits, compiles, fallbacks, tids)
-        return calls[-self.max_events:]
+        return calls[-self.max_events :]
 
     def chrome_trace(self):
         """The Chrome trace-event dict (the JSON object that Perfetto opens)."""
         from fastdispatch.tracing.chrome import chrome_trace
+
         return chrome_trace(self.latest_calls(), self._thread_names, self.start_ns)
 
     def save(self, path):
@@ -327,8 +328,6 @@ def _name_and_location(fn, cwd):
 def _short_path(filename, cwd):
     try:
         relative = os.path.relpath(filename, cwd)
-    except ValueError:                      # another drive on Windows
+    except ValueError:  # another drive on Windows
         return filename
     return filename if relative.startswith("..") else relative
-
-

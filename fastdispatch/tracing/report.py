@@ -1,4 +1,5 @@
 """The report: one row per function, its phases, each recompile explained."""
+
 from __future__ import annotations
 
 from fastdispatch.tracing.recorder import PHASES, label
@@ -9,7 +10,8 @@ OVERHEAD_NOTE = (
     "overhead: time of a call outside its executable launch, (end - start) - launch, "
     "over hits on the fast path;\n"
     "in calls: time inside calls of the function (compiles included), "
-    "as a share of the traced wall time.")
+    "as a share of the traced wall time."
+)
 
 
 def format_report(functions, wall_ns):
@@ -20,27 +22,46 @@ def format_report(functions, wall_ns):
     ]
     if not functions:
         return "\n".join(lines + ["(no compiled function was called)"]) + "\n"
-    header = ("function", "calls", "hits", "compiles", "compile s",
-              "overhead us mean/p50/p99", "in calls", "fallbacks")
+    header = (
+        "function",
+        "calls",
+        "hits",
+        "compiles",
+        "compile s",
+        "overhead us mean/p50/p99",
+        "in calls",
+        "fallbacks",
+    )
     rows = [header]
     for s in functions:
         fast = s.fast_calls
         overhead = (
             f"{s.overhead_ns / fast / 1e3:.1f} / {s.overhead.quantile(0.5) / 1e3:.1f}"
-            f" / {s.overhead.quantile(0.99) / 1e3:.1f}" if fast else "-")
+            f" / {s.overhead.quantile(0.99) / 1e3:.1f}"
+            if fast
+            else "-"
+        )
         fallbacks = ", ".join(f"{reason} {n}" for reason, n in s.fallbacks.most_common())
-        rows.append((
-            label(s), str(s.calls), str(s.hits), str(s.compiles),
-            f"{s.compile_ns / 1e9:.3f}", overhead,
-            f"{100 * s.call_ns / wall_ns:.1f}%" if wall_ns else "-", fallbacks or "-",
-        ))
+        rows.append(
+            (
+                label(s),
+                str(s.calls),
+                str(s.hits),
+                str(s.compiles),
+                f"{s.compile_ns / 1e9:.3f}",
+                overhead,
+                f"{100 * s.call_ns / wall_ns:.1f}%" if wall_ns else "-",
+                fallbacks or "-",
+            )
+        )
     lines += _table(rows, right_aligned=range(1, 7))
     lines += ["", "phases, mean us per fast-path hit:"]
     phase_rows = [("function",) + PHASES]
     for s in functions:
         if s.fast_calls:
-            phase_rows.append((label(s),) + tuple(
-                f"{total / s.fast_calls / 1e3:.1f}" for total in s.phase_ns))
+            phase_rows.append(
+                (label(s),) + tuple(f"{total / s.fast_calls / 1e3:.1f}" for total in s.phase_ns)
+            )
     lines += _table(phase_rows, right_aligned=range(1, 6))
     recompiled = [s for s in functions if s.recompiles]
     if recompiled:

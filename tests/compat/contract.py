@@ -5,6 +5,7 @@ Every test in tests/compat/ takes the ``jit`` fixture (conftest.py), which is
 fastdispatch run requires the same. Where a test can, it also computes jax.jit's
 answer directly and compares the two (``expect_same``).
 """
+
 from __future__ import annotations
 
 import functools

@@ -1,9 +1,9 @@
 """Results, dtypes and weak types for every kind of array argument, x64 off and on."""
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-
 from contract import arange, assert_same_array, expect_same
 
 
@@ -102,14 +102,21 @@ def test_weak_type_promotion(jit):
 
 
 def test_python_int_overflow(jit):
-    msg = "An overflow was encountered while parsing an argument to a jitted computation, whose argument path is x."
+    msg = (
+        "An overflow was encountered while parsing an argument to a jitted computation, "
+        "whose argument path is x."
+    )
     with pytest.raises(OverflowError, match=msg):
         jit(identity)(2**40)
 
 
 @pytest.mark.parametrize("bad", ["text", object(), b"bytes"], ids=["str", "object", "bytes"])
 def test_non_array_argument(jit, bad):
-    with pytest.raises(TypeError, match=f"Error interpreting argument to <function identity at .*> as an abstract array. The problematic value is of type {type(bad)!r}"):
+    with pytest.raises(
+        TypeError,
+        match="Error interpreting argument to <function identity at .*> as an abstract array. "
+        f"The problematic value is of type {type(bad)!r}",
+    ):
         jit(identity)(bad)
 
 

@@ -1,8 +1,8 @@
 """Committed and uncommitted inputs, and the committedness of outputs."""
+
 import jax
 import jax.numpy as jnp
 import numpy as np
-
 from contract import arange, expect_same
 
 

@@ -1,9 +1,9 @@
 """Donation: donated inputs are invalidated as jax.jit invalidates them, warnings included."""
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-
 from contract import arange, assert_same_array
 
 NOT_USABLE = r"Some donated buffers were not usable: float32\[4\]\."
@@ -62,7 +62,9 @@ def test_deleted_input_error_cold_and_warm(jit):
 def test_same_buffer_donated_and_used(jit):
     f = jit(lambda x, y: (x + y, y), donate_argnums=0)
     x = arange((3,))
-    with pytest.raises(Exception, match="Attempt to use a buffer that was previously donated in the same call") as info:
+    with pytest.raises(
+        Exception, match="Attempt to use a buffer that was previously donated in the same call"
+    ) as info:
         f(x, x)
     assert type(info.value).__name__ == "JaxRuntimeError"
     assert not x.is_deleted()

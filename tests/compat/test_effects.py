@@ -1,8 +1,8 @@
 """Effects inside the function: jax.debug.print and jax.debug.callback run on every call, in order."""
+
 import jax
 import jax.numpy as jnp
 import numpy as np
-
 from contract import arange, assert_same_tree
 
 

@@ -1,8 +1,8 @@
 """Errors raised while tracing or checking the function: same type and message as jax.jit."""
+
 import jax
 import jax.numpy as jnp
 import pytest
-
 from contract import TraceCounter, arange
 
 
@@ -67,7 +67,9 @@ def test_no_tracing(jit):
     f(1.0)
     with jax.no_tracing():
         assert float(f(3.0)) == 6.0  # cached: allowed
-        with pytest.raises(RuntimeError, match="re-tracing function <lambda> at .* for `jit`, but 'no_tracing' is set"):
+        with pytest.raises(
+            RuntimeError, match="re-tracing function <lambda> at .* for `jit`, but 'no_tracing' is set"
+        ):
             f(x2)
 
 
@@ -75,6 +77,10 @@ def test_no_execution(jit):
     f = jit(lambda x: x * 2)
     f(1.0)
     with jax.no_execution():
-        with pytest.raises(RuntimeError, match="JAX tried to execute function jit\\(<lambda>\\), but the no_execution config option is set"):
+        with pytest.raises(
+            RuntimeError,
+            match="JAX tried to execute function jit\\(<lambda>\\), "
+            "but the no_execution config option is set",
+        ):
             f(1.0)
     assert float(f(1.0)) == 2.0

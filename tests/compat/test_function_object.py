@@ -1,4 +1,5 @@
 """The jitted object as a Python object: wraps attributes, descriptor protocol, repr, pickling."""
+
 import functools
 import inspect
 import pickle
@@ -8,7 +9,6 @@ import weakref
 import jax
 import jax.numpy as jnp
 import pytest
-
 from contract import arange, assert_same_array, expect_same
 
 
@@ -125,7 +125,10 @@ def test_method_descriptor(jit):
     bound = Holder().double
     assert inspect.ismethod(bound) and bound.__func__ is Holder.__dict__["double"]
     # self is a dynamic argument here: a non-array self is jax's error.
-    with pytest.raises(TypeError, match="The problematic value is of type .*Holder.* and was passed to the function at path self"):
+    with pytest.raises(
+        TypeError,
+        match="The problematic value is of type .*Holder.* and was passed to the function at path self",
+    ):
         bound(1.0)
 
 

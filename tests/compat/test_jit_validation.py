@@ -1,9 +1,9 @@
 """jit's own arguments: validation with jax.jit's errors, and the decorator forms."""
+
 import re
 
 import jax.numpy as jnp
 import pytest
-
 from contract import assert_same_array
 
 
@@ -30,7 +30,9 @@ def test_generator_function(jit):
 
 
 def test_staticmethod(jit):
-    with pytest.raises(TypeError, match=re.escape("staticmethod arguments are not supported, got <staticmethod(")):
+    with pytest.raises(
+        TypeError, match=re.escape("staticmethod arguments are not supported, got <staticmethod(")
+    ):
         jit(staticmethod(add))
 
 

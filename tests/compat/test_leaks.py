@@ -1,4 +1,5 @@
 """Leaks: nothing holds inputs, outputs or the function after the call."""
+
 import gc
 import sys
 import weakref

@@ -5,8 +5,8 @@ fresh interpreter (subprocess_util); they are batched into one body to pay
 jax's start-up once per implementation. Every check runs even when an earlier
 one fails, and the failure lists them all.
 """
-import jax
 
+import jax
 from subprocess_util import run_in_subprocess
 
 
@@ -17,9 +17,9 @@ def check_multidevice(impl):
 
     import jax.numpy as jnp
     import numpy as np
-    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P, SingleDeviceSharding
-
     from contract import TraceCounter, assert_same_tree
+    from jax.sharding import Mesh, NamedSharding, SingleDeviceSharding
+    from jax.sharding import PartitionSpec as P
 
     if impl == "jax":
         jit = jax.jit
@@ -49,7 +49,10 @@ def check_multidevice(impl):
 
     devices = jax.devices()
     x = np.arange(32, dtype=np.float32).reshape(8, 4)
-    meshes = {"explicit": jax.make_mesh((4, 2), ("a", "b")), "auto": Mesh(np.array(devices).reshape(4, 2), ("a", "b"))}
+    meshes = {
+        "explicit": jax.make_mesh((4, 2), ("a", "b")),
+        "auto": Mesh(np.array(devices).reshape(4, 2), ("a", "b")),
+    }
     checks = {}
 
     def check(name):
@@ -78,16 +81,23 @@ def check_multidevice(impl):
         @check(f"{mesh_name}: pytree of sharded arrays, out_shardings tree")
         def _(mesh=mesh, rows=rows, cols=cols):
             params = {"w": jax.device_put(x, rows), "b": jax.device_put(x[0], NamedSharding(mesh, P("b")))}
-            both(lambda p, s: jax.tree_util.tree_map(lambda a: a * s, p), params, 0.5,
-                 out_shardings={"w": cols, "b": NamedSharding(mesh, P())})
+            both(
+                lambda p, s: jax.tree_util.tree_map(lambda a: a * s, p),
+                params,
+                0.5,
+                out_shardings={"w": cols, "b": NamedSharding(mesh, P())},
+            )
 
         @check(f"{mesh_name}: committed input contradicting in_shardings")
         def _(rows=rows, sharded=sharded):
             f = jit(lambda v: v * 2, in_shardings=rows)
             f(x)
             for call in (f, jax.jit(lambda v: v * 2, in_shardings=rows)):
-                raises(ValueError, "Sharding passed to jit does not match the sharding on the respective arg",
-                       lambda: call(sharded))
+                raises(
+                    ValueError,
+                    "Sharding passed to jit does not match the sharding on the respective arg",
+                    lambda: call(sharded),
+                )
 
         @check(f"{mesh_name}: donated sharded input")
         def _(rows=rows):
@@ -105,8 +115,11 @@ def check_multidevice(impl):
             out = f(np.ones(8, np.float32))
             assert out.sharding == NamedSharding(mesh, P())
             f(np.ones(8, np.float32))
-        raises(RuntimeError, "jit requires a non-empty mesh in context if you are passing `PartitionSpec`s",
-               lambda: f(np.ones(8, np.float32)))
+        raises(
+            RuntimeError,
+            "jit requires a non-empty mesh in context if you are passing `PartitionSpec`s",
+            lambda: f(np.ones(8, np.float32)),
+        )
 
     @check("committed single-device inputs keep their device")
     def _():
@@ -139,10 +152,20 @@ def check_multidevice(impl):
         uncommitted = jnp.ones(4)
         for d in (None, 2, 5, None, 2):
             if d is None:
-                outs = ours(uncommitted), theirs(uncommitted), ours(np.ones(4, np.float32)), theirs(np.ones(4, np.float32))
+                outs = (
+                    ours(uncommitted),
+                    theirs(uncommitted),
+                    ours(np.ones(4, np.float32)),
+                    theirs(np.ones(4, np.float32)),
+                )
             else:
                 with jax.default_device(devices[d]):
-                    outs = ours(uncommitted), theirs(uncommitted), ours(np.ones(4, np.float32)), theirs(np.ones(4, np.float32))
+                    outs = (
+                        ours(uncommitted),
+                        theirs(uncommitted),
+                        ours(np.ones(4, np.float32)),
+                        theirs(np.ones(4, np.float32)),
+                    )
             assert_same_tree(outs[0], outs[1])
             assert_same_tree(outs[2], outs[3])
             assert outs[0].sharding == SingleDeviceSharding(devices[d or 0]), (d, outs[0].sharding)

@@ -1,11 +1,11 @@
 """The remaining jit options, unused (pruned) arguments, and warnings at jit and call time."""
+
 import warnings
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-
 from contract import arange, assert_same_tree, expect_same
 
 
@@ -75,7 +75,10 @@ def test_backend_option_warnings_and_errors(jit, backend):
     theirs, theirs_w = record(lambda: jax.jit(lambda x: x + 1, backend=backend))
     assert ours_w == theirs_w
     if backend == "cpu":
-        (out_ours, call_w_ours), (out_theirs, call_w_theirs) = record(lambda: ours(1.0)), record(lambda: theirs(1.0))
+        (out_ours, call_w_ours), (out_theirs, call_w_theirs) = (
+            record(lambda: ours(1.0)),
+            record(lambda: theirs(1.0)),
+        )
         assert call_w_ours == call_w_theirs
         assert_same_tree(out_ours, out_theirs)
         assert any(issubclass(c, DeprecationWarning) for c, _ in theirs_w + call_w_theirs)

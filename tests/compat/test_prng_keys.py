@@ -1,7 +1,7 @@
 """Typed PRNG keys as arguments and outputs."""
+
 import jax
 import jax.numpy as jnp
-
 from contract import TraceCounter, assert_same_tree, expect_same
 
 

@@ -1,11 +1,11 @@
 """Generated argument trees: both implementations agree on every output (bounded examples)."""
+
 import jax
 import jax.numpy as jnp
 import numpy as np
+from contract import TraceCounter, assert_same_tree
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from contract import TraceCounter, assert_same_tree
 
 DTYPES = [np.float32, np.int32, np.bool_, np.float16, np.uint8]
 

@@ -1,4 +1,5 @@
 """Pytree arguments and outputs, keyword and mixed positional/keyword calls."""
+
 import collections
 import dataclasses
 import functools
@@ -7,7 +8,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-
 from contract import TraceCounter, arange, assert_same_tree, expect_same
 
 Point = collections.namedtuple("Point", ["x", "y"])
@@ -82,7 +82,9 @@ def test_dict_key_order(jit):
 
 
 def test_unsortable_dict_keys(jit):
-    with pytest.raises(ValueError, match="Comparator raised exception while sorting pytree dictionary keys.") as ours:
+    with pytest.raises(
+        ValueError, match="Comparator raised exception while sorting pytree dictionary keys."
+    ) as ours:
         jit(lambda d: d)({1: 1.0, "a": 2.0})
     with pytest.raises(ValueError) as theirs:
         jax.jit(lambda d: d)({1: 1.0, "a": 2.0})
@@ -125,7 +127,11 @@ def test_var_kwargs(jit):
 
 
 def test_missing_and_unexpected_arguments(jit):
-    for args, kwargs in [((1.0,), {}), ((1.0, 2.0), dict(d=1.0, zz=2.0)), ((1.0, 2.0, 3.0, 4.0), dict(d=1.0))]:
+    for args, kwargs in [
+        ((1.0,), {}),
+        ((1.0, 2.0), dict(d=1.0, zz=2.0)),
+        ((1.0, 2.0, 3.0, 4.0), dict(d=1.0)),
+    ]:
         with pytest.raises(TypeError) as ours:
             jit(f_mixed)(*args, **kwargs)
         with pytest.raises(TypeError) as theirs:

@@ -1,8 +1,8 @@
 """Retrace counts: what makes a new trace, compared call by call with jax.jit."""
+
 import jax
 import jax.numpy as jnp
 import numpy as np
-
 from contract import TraceCounter, arange, assert_same_tree
 
 

@@ -1,8 +1,8 @@
 """The AOT stages: lower, trace, eval_shape, clear_cache, and what they do to the cache."""
+
 import jax
 import jax.numpy as jnp
 import numpy as np
-
 from contract import TraceCounter, arange, assert_same_tree
 
 
@@ -45,7 +45,9 @@ def test_eval_shape(jit):
     f = jit(affine, **OPTIONS)
     assert f.eval_shape(x, w) == jax.jit(affine, **OPTIONS).eval_shape(x, w)
     assert f.eval_shape(x, w, b=1, act="none") == jax.ShapeDtypeStruct((2, 4), jnp.float32)
-    assert jit(lambda a, b: a * b).eval_shape(1.0, 2.0) == jax.ShapeDtypeStruct((), jnp.float32, weak_type=True)
+    assert jit(lambda a, b: a * b).eval_shape(1.0, 2.0) == jax.ShapeDtypeStruct(
+        (), jnp.float32, weak_type=True
+    )
 
 
 def test_stages_do_not_change_call_results(jit):

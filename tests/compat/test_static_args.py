@@ -1,11 +1,10 @@
 """Static arguments: hashing, equality, errors, and what they key."""
+
 import re
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 import pytest
-
 from contract import TraceCounter, arange, assert_same_array, expect_same
 
 
@@ -24,8 +23,17 @@ def test_static_values(jit):
 
 
 def test_static_by_name_and_position(jit):
-    expect_same(jit, branchy, arange((2,)), "train", jit_kwargs=dict(static_argnums=1, static_argnames="opts"))
-    expect_same(jit, branchy, arange((2,)), mode="eval", opts=(1, 2), jit_kwargs=dict(static_argnames=("mode", "opts")))
+    expect_same(
+        jit, branchy, arange((2,)), "train", jit_kwargs=dict(static_argnums=1, static_argnames="opts")
+    )
+    expect_same(
+        jit,
+        branchy,
+        arange((2,)),
+        mode="eval",
+        opts=(1, 2),
+        jit_kwargs=dict(static_argnames=("mode", "opts")),
+    )
 
 
 def test_negative_static_argnums(jit):
@@ -36,7 +44,9 @@ class Unhashable:
     __hash__ = None
 
 
-@pytest.mark.parametrize("value", [[1], {"a": 1}, jnp.ones(2), Unhashable()], ids=["list", "dict", "array", "class"])
+@pytest.mark.parametrize(
+    "value", [[1], {"a": 1}, jnp.ones(2), Unhashable()], ids=["list", "dict", "array", "class"]
+)
 def test_unhashable_static(jit, value):
     msg = (
         "Non-hashable static arguments are not supported. An error occurred while trying to hash "

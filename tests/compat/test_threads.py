@@ -3,6 +3,7 @@
 The behaviours jax.jit shares run against both implementations; the ones our
 spec adds (waiters share a compile error) run against fastdispatch alone.
 """
+
 import threading
 import time
 

@@ -1,8 +1,8 @@
 """Under transformations and jax's config contexts the function behaves as jax.jit's."""
+
 import jax
 import jax.numpy as jnp
 import numpy as np
-
 from contract import TraceCounter, arange, assert_same_tree
 
 
@@ -25,7 +25,9 @@ def test_grad(jit):
     w, x = arange((3,)), jnp.ones(3)
     for _ in range(2):
         assert_same_tree(jax.grad(f)(w, x), jax.grad(g)(w, x))
-        assert_same_tree(jax.value_and_grad(f, argnums=(0, 1))(w, x), jax.value_and_grad(g, argnums=(0, 1))(w, x))
+        assert_same_tree(
+            jax.value_and_grad(f, argnums=(0, 1))(w, x), jax.value_and_grad(g, argnums=(0, 1))(w, x)
+        )
     assert ours.n == theirs.n
 
 

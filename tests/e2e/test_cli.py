@@ -3,6 +3,7 @@ run in a subprocess, judged by their output, exit code and trace file.
 
 Each jax start costs a second or two, so one program checks many things.
 """
+
 import json
 import os
 import subprocess
@@ -19,8 +20,13 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 def run_cli(cwd, *argv, timeout=120):
     env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONDONTWRITEBYTECODE="1")
     return subprocess.run(
-        [sys.executable, "-m", "fastdispatch", *argv], cwd=cwd, env=env,
-        capture_output=True, text=True, timeout=timeout)
+        [sys.executable, "-m", "fastdispatch", *argv],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def write(path, source):
@@ -33,7 +39,7 @@ def report_section(stderr, title):
     lines = stderr.splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith(title))
     section = []
-    for line in lines[start + 1:]:
+    for line in lines[start + 1 :]:
         if not line.strip():
             break
         section.append(line)
@@ -140,8 +146,15 @@ def test_trace_file_is_chrome_trace_json(recompiles):
         assert e["dur"] >= 0
         assert isinstance(e["pid"], int) and isinstance(e["tid"], int)
     names = {e["name"] for e in spans}
-    assert {"scale", "scale: launch", "scale: compile", "step: compile", "update",
-            "scale: jax.jit (tracer)", "scale: jax.jit (disable_jit)"} <= names
+    assert {
+        "scale",
+        "scale: launch",
+        "scale: compile",
+        "step: compile",
+        "update",
+        "scale: jax.jit (tracer)",
+        "scale: jax.jit (disable_jit)",
+    } <= names
     assert sum(e["name"] == "scale" for e in spans) == 6
     threads = [e for e in events if e["ph"] == "M" and e["name"] == "thread_name"]
     assert [t["args"]["name"] for t in threads] == ["MainThread"]
@@ -163,15 +176,19 @@ def test_the_example_reports_its_recompile():
 def test_the_dispatcher_works_while_jax_jit_is_patched(tmp_path):
     # fastdispatch.jit builds its slow path with jax's own jit; were it to look
     # up the public jax.jit at call time, the patch would make it call itself.
-    write(tmp_path / "prog.py", """\
+    write(
+        tmp_path / "prog.py",
+        """\
         import jax
         import jax.numpy as jnp
         print(jax.jit(lambda x: x + 1)(jnp.ones(2)).tolist())
-    """)
+    """,
+    )
     result = run_cli(tmp_path, "prog.py")
     assert (result.returncode, result.stdout) == (0, "[2.0, 2.0]\n"), (
         "fastdispatch.jit failed with jax.jit replaced by it (does the dispatcher "
-        f"call the public jax.jit?): exit code {result.returncode}\n{result.stderr}")
+        f"call the public jax.jit?): exit code {result.returncode}\n{result.stderr}"
+    )
 
 
 # -- running the program as python would ----------------------------------------
@@ -226,12 +243,14 @@ def test_sys_exit_passes_its_code_through_and_the_missing_script_message(tmp_pat
     assert syntax.returncode == 1
     assert syntax.stderr == (
         f'  File "{tmp_path / "syntax.py"}", line 1\n    x = (\n        ^\n'
-        "SyntaxError: '(' was never closed\n")
+        "SyntaxError: '(' was never closed\n"
+    )
 
     missing = run_cli(tmp_path, "--trace", "nope.py")
     assert missing.returncode == 2
     assert missing.stderr.endswith(
-        f"can't open file '{tmp_path / 'nope.py'}': [Errno 2] No such file or directory\n")
+        f"can't open file '{tmp_path / 'nope.py'}': [Errno 2] No such file or directory\n"
+    )
     assert missing.stdout == ""
 
 
@@ -241,13 +260,16 @@ def test_an_unwritable_trace_out_is_refused_before_the_program_starts(tmp_path):
     assert result.returncode == 2
     assert result.stderr == (
         "python -m fastdispatch: error: cannot write --trace-out "
-        "'no/such/dir/out.json': No such file or directory\n")
+        "'no/such/dir/out.json': No such file or directory\n"
+    )
     assert not (tmp_path / "started").exists()
     assert not (tmp_path / "no").exists()
 
 
 def test_dash_m_runs_a_module_and_no_patch_leaves_jax_jit_alone(tmp_path):
-    write(tmp_path / "mymod.py", """\
+    write(
+        tmp_path / "mymod.py",
+        """\
         import sys
 
         import jax
@@ -258,7 +280,8 @@ def test_dash_m_runs_a_module_and_no_patch_leaves_jax_jit_alone(tmp_path):
         print(__name__, sys.argv[1:], jax.jit is fastdispatch.jit)
         fastdispatch.jit(lambda x: x + 1)(jnp.ones(2))
         jax.jit(lambda x: x - 1)(jnp.ones(2))
-    """)
+    """,
+    )
     patched = run_cli(tmp_path, "--trace", "-m", "mymod", "x", "-y")
     assert patched.returncode == 0, patched.stderr
     assert patched.stdout == "__main__ ['x', '-y'] True\n"
@@ -274,8 +297,10 @@ def test_dash_m_runs_a_module_and_no_patch_leaves_jax_jit_alone(tmp_path):
 
 # -- options, without a subprocess ----------------------------------------------
 
+
 def test_bench_is_handed_its_arguments(monkeypatch):
     import fastdispatch.bench
+
     seen = []
     monkeypatch.setattr(fastdispatch.bench, "main", lambda argv: seen.append(argv) or 7)
     assert cli.main(["bench", "--quick", "x"]) == 7
@@ -288,15 +313,22 @@ def test_options_stop_at_the_script():
     assert (options.script, options.args) == ("prog.py", ["--no-patch", "-m"])
     options = cli.parse(["--no-patch", "-m", "pkg.mod", "--trace"])
     assert (options.patch, options.trace, options.module, options.args) == (
-        False, False, "pkg.mod", ["--trace"])
+        False,
+        False,
+        "pkg.mod",
+        ["--trace"],
+    )
 
 
-@pytest.mark.parametrize("argv, message", [
-    ([], "no script or -m module to run"),
-    (["--trace-out"], "--trace-out needs a file name"),
-    (["-m"], "-m needs a module name"),
-    (["--frobnicate", "prog.py"], "unknown option --frobnicate"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        ([], "no script or -m module to run"),
+        (["--trace-out"], "--trace-out needs a file name"),
+        (["-m"], "-m needs a module name"),
+        (["--frobnicate", "prog.py"], "unknown option --frobnicate"),
+    ],
+)
 def test_bad_options_exit_2_with_a_message(argv, message, capsys):
     with pytest.raises(SystemExit) as exit:
         cli.parse(argv)

@@ -1,5 +1,6 @@
 """The Python tracing API on the real dispatcher: trace(), stats(),
 assert_max_compiles()."""
+
 import json
 
 import jax
@@ -17,7 +18,7 @@ def test_trace_records_every_call_and_reports_it(tmp_path):
     with fastdispatch.trace() as t:
         for _ in range(5):
             add(jnp.ones(3), jnp.ones(3))
-    add(jnp.ones(3), jnp.ones(3))                 # after the block: not traced
+    add(jnp.ones(3), jnp.ones(3))  # after the block: not traced
 
     (row,) = [r for r in t.stats().values() if r["name"].endswith("add")]
     assert (row["calls"], row["hits"], row["compiles"]) == (5, 4, 1)
@@ -30,8 +31,7 @@ def test_trace_records_every_call_and_reports_it(tmp_path):
     assert fastdispatch.stats().keys() == t.stats().keys()
 
     t.save(tmp_path / "t.json")
-    spans = [e for e in json.loads((tmp_path / "t.json").read_text())["traceEvents"]
-             if e["ph"] == "X"]
+    spans = [e for e in json.loads((tmp_path / "t.json").read_text())["traceEvents"] if e["ph"] == "X"]
     assert sum(e["name"].endswith("add") for e in spans) == 5
 
 

@@ -1,4 +1,5 @@
 """Smoke tests of the benchmark harness: it runs, checks outputs, reports; no timing asserted."""
+
 import json
 
 import jax

@@ -3,6 +3,7 @@
 Calls here pass jax Arrays (``one``), the arguments every call keeps on the fast
 path; how Python scalars are counted is the compat suite's question.
 """
+
 import gc
 import pickle
 import weakref

@@ -1,4 +1,5 @@
 """fastdispatch._dispatch: what the fast path takes, what it hands to jax, and why."""
+
 import functools
 import math
 
@@ -44,7 +45,10 @@ def test_hits_stay_on_the_fast_path(sink):
     for _ in range(3):
         add(x, x)
     assert [(hit, fallback) for _, hit, fallback, _ in sink.calls] == [
-        (False, None), (True, None), (True, None)]
+        (False, None),
+        (True, None),
+        (True, None),
+    ]
 
 
 def test_fed_back_outputs_hit_after_a_first_call_with_other_avals(sink):
@@ -63,7 +67,7 @@ def test_transformations_and_configs_go_to_jax(sink):
     jax.grad(lambda v: f(v).sum())(x)
     with jax.disable_jit():
         f(x)
-    jax.jit(lambda v: f(x) + v)(1.0)   # a closed-over concrete array inside a trace
+    jax.jit(lambda v: f(x) + v)(1.0)  # a closed-over concrete array inside a trace
     assert reasons(sink)[1:] == ["tracer", "disable_jit", "tracer"]
     assert f._cache_size() == 1
 
@@ -120,7 +124,7 @@ def test_int_too_large_for_int32_gets_jax_error(sink):
 
 def test_donating_function_converts_scalars_every_call():
     f = fastdispatch.jit(lambda x, s: (x + s, s * 2), donate_argnums=(0, 1))
-    for i in range(3):
+    for _ in range(3):
         x = jnp.ones(2)
         out, doubled = f(x, 3.0)
         assert float(doubled) == 6.0 and float(out[0]) == 4.0
@@ -134,11 +138,13 @@ def test_signature_describes_arguments_by_name(sink):
     step({"w": jnp.ones((2, 3))}, 0.1, batch=jnp.ones(4, jnp.int32))
     described = describe(sink.calls[0][3])
     assert [(leaf.label, leaf.text) for leaf in described.args] == [
-        ("params['w']", "f32[2,3]"), ("lr", "f32[]{weak}"), ("batch", "i32[4]")]
+        ("params['w']", "f32[2,3]"),
+        ("lr", "f32[]{weak}"),
+        ("batch", "i32[4]"),
+    ]
     assert [leaf.argument for leaf in described.args] == ["params", "lr", "batch"]
     assert dict(described.context)["jax_enable_x64"] == "False"
-    assert repr(sink.calls[0][3]) == (
-        "CallSignature(params['w']: f32[2,3], lr: f32[]{weak}, batch: i32[4])")
+    assert repr(sink.calls[0][3]) == ("CallSignature(params['w']: f32[2,3], lr: f32[]{weak}, batch: i32[4])")
 
 
 def test_static_arguments_in_signature(sink):
@@ -146,7 +152,9 @@ def test_static_arguments_in_signature(sink):
     f(jnp.ones(1), mode="train")
     f(jnp.ones(1), mode="eval")
     assert [describe(call[3]).static for call in sink.calls] == [
-        (("mode", "'train'"),), (("mode", "'eval'"),)]
+        (("mode", "'train'"),),
+        (("mode", "'eval'"),),
+    ]
     assert f._cache_size() == 2
 
 
@@ -171,11 +179,11 @@ def test_every_way_into_a_call_gives_the_same_result(sink):
     x = jnp.arange(3.0)
     want = np.arange(3.0) * 2
     calls = [
-        lambda: f(x, 2.0),                        # vectorcall, flat
-        lambda: f(x, y=2.0),                      # vectorcall with keyword names
-        lambda: functools.partial(f, x)(2.0),     # PyObject_Call: tp_call
-        lambda: f(*[x, 2.0]),                     # star-args
-        lambda: f(**{"x": x, "y": 2.0}),          # keywords only
+        lambda: f(x, 2.0),  # vectorcall, flat
+        lambda: f(x, y=2.0),  # vectorcall with keyword names
+        lambda: functools.partial(f, x)(2.0),  # PyObject_Call: tp_call
+        lambda: f(*[x, 2.0]),  # star-args
+        lambda: f(**{"x": x, "y": 2.0}),  # keywords only
     ]
     for call in calls * 2:
         np.testing.assert_array_equal(call(), want)
@@ -205,8 +213,7 @@ def test_method_call_binds_self():
 
 
 def test_keyword_calls_from_one_call_site_stay_right(sink):
-    f = fastdispatch.jit(lambda x, *, y, mode: x + y if mode == "add" else x * y,
-                         static_argnames="mode")
+    f = fastdispatch.jit(lambda x, *, y, mode: x + y if mode == "add" else x * y, static_argnames="mode")
     x, y = jnp.full(2, 3.0), jnp.full(2, 2.0)
     modes = ["add", "add", "mul", "add", "mul", "mul"]
     results = [float(f(x, y=y, mode=mode)[0]) for mode in modes]
@@ -250,7 +257,7 @@ def test_static_keyword_whose_eq_raises_on_the_layout_path():
     x = jnp.ones(1)
     first = Flaky()
     f(x, option=first)
-    assert f(x, option=first) is not None    # the very same object: no __eq__ needed
+    assert f(x, option=first) is not None  # the very same object: no __eq__ needed
     with pytest.raises(ValueError) as ours:
         f(x, option=Flaky())
     g(x, option=first)

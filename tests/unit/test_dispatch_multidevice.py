@@ -1,6 +1,4 @@
 """With 8 CPU devices, sharded calls stay on fastdispatch's fast path."""
-import os
-import sys
 
 from subprocess_util import run_in_subprocess
 
@@ -9,7 +7,8 @@ def check_sharded_calls_are_fast():
     import jax
     import jax.numpy as jnp
     import numpy as np
-    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+    from jax.sharding import Mesh, NamedSharding
+    from jax.sharding import PartitionSpec as P
 
     import fastdispatch
     from fastdispatch import _dispatch
@@ -27,8 +26,7 @@ def check_sharded_calls_are_fast():
     x = jax.device_put(jnp.arange(32.0).reshape(8, 4), rows)
 
     by_input = fastdispatch.jit(lambda a: a * 2)
-    by_option = fastdispatch.jit(lambda a, b: a @ b.T, in_shardings=(rows, rows),
-                                 out_shardings=grid)
+    by_option = fastdispatch.jit(lambda a, b: a @ b.T, in_shardings=(rows, rows), out_shardings=grid)
     on_device = fastdispatch.jit(lambda a: a + 1)
     y = jax.device_put(jnp.ones(3), jax.devices()[5])
 

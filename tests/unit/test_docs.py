@@ -1,4 +1,5 @@
 """The examples of docs/api.md run, in order, in one namespace."""
+
 import pathlib
 import re
 

@@ -3,6 +3,7 @@
 When jax changes one of these, this file fails first and names it; widen the
 jax range in pyproject.toml only once it passes.
 """
+
 import dataclasses
 
 import jax
@@ -55,8 +56,7 @@ def test_trace_context_and_state():
     seen = []
 
     def inside(x):
-        seen.append((_jax.TRACE_STATE.value is _jax.CLEAN_TRACE_STATE,
-                     _jax.slow_path_reason()))
+        seen.append((_jax.TRACE_STATE.value is _jax.CLEAN_TRACE_STATE, _jax.slow_path_reason()))
         return x
 
     jax.make_jaxpr(inside)(1.0)

@@ -1,4 +1,5 @@
 """fastdispatch.set_post_hook: global and per thread, what the hook sees, what it holds."""
+
 import gc
 import threading
 import weakref
@@ -99,8 +100,9 @@ def test_post_hook_global_and_thread_local():
     fastdispatch.set_post_hook(lambda fn, args, kwargs, out: seen.append(("global", args)))
     try:
         f(1.0)
-        fastdispatch.set_post_hook(lambda fn, args, kwargs, out: seen.append(("local", args)),
-                                   thread_local=True)
+        fastdispatch.set_post_hook(
+            lambda fn, args, kwargs, out: seen.append(("local", args)), thread_local=True
+        )
         f(2.0)
     finally:
         fastdispatch.set_post_hook(None, thread_local=True)
@@ -115,7 +117,7 @@ def test_post_hook_gets_a_dict_of_its_own():
     seen = []
 
     def hook(fn, args, kwargs, out):
-        kwargs["spoiled"] = True   # must not leak into later calls
+        kwargs["spoiled"] = True  # must not leak into later calls
         seen.append(args)
 
     f = fastdispatch.jit(lambda x: x + 1)

@@ -3,22 +3,18 @@
 Any difference from jax.tree_util in leaf order, structure, repr, paths or
 equality is a bug: the dispatcher's cache keys and output trees rest on it.
 """
+
 from __future__ import annotations
 
 import collections
-import os
 import pickle
-import sys
 import threading
 
 import jax.numpy as jnp
 import jax.tree_util as jtu
 import numpy as np
 import pytest
-
 import treecases
-
-from fastdispatch import _pytree
 from fastdispatch._pytree import TreeDef, first_difference, flatten, unflatten
 
 CASES = treecases.cases()
@@ -34,6 +30,7 @@ def jax_paths(tree) -> list:
 
 
 # -- every node kind matches jax ----------------------------------------------------
+
 
 @pytest.mark.parametrize("name, tree", CASES, ids=[name for name, _ in CASES])
 def test_flatten_matches_jax(name, tree):
@@ -204,7 +201,10 @@ def test_custom_node_with_aux_data():
     assert (rebuilt.items, rebuilt.named, rebuilt.tag) == (("a", "b"), {"k": "c"}, "t")
     assert treedef(box).leaf_paths() == jax_paths(box)
     assert [jtu.keystr(path) for path in treedef(box).leaf_paths()] == [
-        "[<flat index 0>][0]", "[<flat index 0>][1]", "[<flat index 1>]['k']"]
+        "[<flat index 0>][0]",
+        "[<flat index 0>][1]",
+        "[<flat index 1>]['k']",
+    ]
 
 
 def test_custom_node_with_unhashable_aux_is_hashable_and_compared_by_equality():
@@ -218,7 +218,10 @@ def test_custom_node_registered_with_keys_has_jax_paths():
     keyed = treecases.Keyed(1, [2, 3])
     assert treedef(keyed).leaf_paths() == jax_paths(keyed)
     assert [jtu.keystr(path) for path in treedef(keyed).leaf_paths()] == [
-        ".first", "['second'][0]", "['second'][1]"]
+        ".first",
+        "['second'][0]",
+        "['second'][1]",
+    ]
 
 
 def test_static_node_has_no_leaves_and_compares_by_equality():
@@ -259,6 +262,7 @@ def test_jax_and_numpy_arrays_are_leaves_in_place():
 
 # -- TreeDef as an object -----------------------------------------------------------
 
+
 def test_treedef_cannot_be_built_directly():
     with pytest.raises(TypeError, match="flatten"):
         TreeDef()
@@ -292,14 +296,14 @@ def test_memoised_nodes_are_shared_between_calls():
 
 # -- unflatten errors ---------------------------------------------------------------
 
+
 @pytest.mark.parametrize("count", [0, 1, 3, 10])
 def test_unflatten_with_wrong_number_of_leaves(count):
     td = treedef({"a": 1, "b": (2,)})
     with pytest.raises(ValueError) as error:
         td.unflatten(list(range(count)))
     word = "few" if count < 2 else "many"
-    assert str(error.value) == (
-        f"Too {word} leaves for PyTreeDef; expected 2, got {count}.")
+    assert str(error.value) == (f"Too {word} leaves for PyTreeDef; expected 2, got {count}.")
 
 
 def test_unflatten_accepts_any_iterable():
@@ -314,6 +318,7 @@ def test_unflatten_of_a_non_treedef_is_a_type_error():
 
 
 # -- bad input never crashes --------------------------------------------------------
+
 
 def test_list_that_contains_itself_is_a_cycle_error():
     loop = [1]
@@ -342,8 +347,7 @@ def test_registered_node_that_nests_forever_is_a_recursion_error():
     class Matryoshka:
         pass
 
-    jtu.register_pytree_node(Matryoshka, lambda o: ((Matryoshka(),), None),
-                             lambda _, c: c[0])
+    jtu.register_pytree_node(Matryoshka, lambda o: ((Matryoshka(),), None), lambda _, c: c[0])
     with pytest.raises(RecursionError, match="nested more than"):
         flatten(Matryoshka())
 
@@ -426,25 +430,38 @@ def test_from_iter_errors_propagate_from_unflatten():
 
 # -- paths, differences, conversion -------------------------------------------------
 
+
 def test_leaf_paths_as_keystr():
     tree = [{"w": 1, "b": (2, treecases.Point(3, 4))}, treecases.Layer(5, 6)]
     assert [jtu.keystr(path) for path in treedef(tree).leaf_paths()] == [
-        "[0]['b'][0]", "[0]['b'][1].x", "[0]['b'][1].y", "[0]['w']", "[1].w", "[1].b"]
+        "[0]['b'][0]",
+        "[0]['b'][1].x",
+        "[0]['b'][1].y",
+        "[0]['w']",
+        "[1].w",
+        "[1].b",
+    ]
     assert treedef(7).leaf_paths() == [()]
 
 
-@pytest.mark.parametrize("before, after, expected", [
-    ({"a": 1}, {"a": 1, "b": 2}, ("", "key 'b' added")),
-    ({"a": 1, "b": 2}, {"a": 1}, ("", "key 'b' removed")),
-    ({"a": 1}, {"b": 1, "c": 2}, ("", "keys 'b', 'c' added; key 'a' removed")),
-    ([1, 2, 3], [1, 2, 3, 4], ("", "list of 3 -> list of 4")),
-    ((1, 2), [1, 2], ("", "tuple -> list")),
-    ({"x": [(1, 2)]}, {"x": [(1, 2, 3)]}, ("['x'][0]", "tuple of 2 -> tuple of 3")),
-    ({"x": 1}, {"x": None}, ("['x']", "leaf -> None")),
-    (treecases.Pair(1, 2, "add"), treecases.Pair(1, 2, "mul"),
-     ("", "Pair static data ('add',) -> ('mul',)")),
-    ([treecases.Point(1, 2)], [(1, 2)], ("[0]", "Point -> tuple")),
-])
+@pytest.mark.parametrize(
+    "before, after, expected",
+    [
+        ({"a": 1}, {"a": 1, "b": 2}, ("", "key 'b' added")),
+        ({"a": 1, "b": 2}, {"a": 1}, ("", "key 'b' removed")),
+        ({"a": 1}, {"b": 1, "c": 2}, ("", "keys 'b', 'c' added; key 'a' removed")),
+        ([1, 2, 3], [1, 2, 3, 4], ("", "list of 3 -> list of 4")),
+        ((1, 2), [1, 2], ("", "tuple -> list")),
+        ({"x": [(1, 2)]}, {"x": [(1, 2, 3)]}, ("['x'][0]", "tuple of 2 -> tuple of 3")),
+        ({"x": 1}, {"x": None}, ("['x']", "leaf -> None")),
+        (
+            treecases.Pair(1, 2, "add"),
+            treecases.Pair(1, 2, "mul"),
+            ("", "Pair static data ('add',) -> ('mul',)"),
+        ),
+        ([treecases.Point(1, 2)], [(1, 2)], ("[0]", "Point -> tuple")),
+    ],
+)
 def test_first_difference(before, after, expected):
     path, what = first_difference(treedef(before), treedef(after))
     assert (jtu.keystr(path), what) == expected
@@ -464,9 +481,11 @@ def test_to_jax_round_trips_through_jax_unflatten():
 
 # -- threads ------------------------------------------------------------------------
 
+
 def test_concurrent_flattens_agree_with_jax():
     trees = [tree for _, tree in CASES] + [
-        {f"k{i}": [j for j in range(i % 5)] for i in range(n)} for n in range(1, 30)]
+        {f"k{i}": [j for j in range(i % 5)] for i in range(n)} for n in range(1, 30)
+    ]
     expected = [(jtu.tree_leaves(tree), repr(jtu.tree_structure(tree))) for tree in trees]
     errors = []
 

@@ -1,17 +1,14 @@
 """Nothing in fastdispatch._pytree keeps leaves, containers or TreeDefs alive
 once the caller drops them, and its caches stay bounded."""
+
 from __future__ import annotations
 
 import gc
-import os
-import sys
 import tracemalloc
 import weakref
 
 import jax.tree_util as jtu
-
 import treecases
-
 from fastdispatch._pytree import first_difference, flatten
 
 
@@ -40,11 +37,14 @@ def _tree_and_refs():
     leaves = [Leaf() for _ in range(8)]
     box = treecases.Box((leaves[0], leaves[1]), {"k": leaves[2]}, tag="t")
     pair = treecases.Pair(leaves[3], [leaves[4]], "add")
-    mode = treecases.Mode("train")           # its aux data is the node itself
+    mode = treecases.Mode("train")  # its aux data is the node itself
     partial = jtu.Partial(treecases.scale, leaves[5])
     keys = [Key(2), Key(1)]
     tree = {
-        "box": box, "pair": pair, "mode": mode, "partial": partial,
+        "box": box,
+        "pair": pair,
+        "mode": mode,
+        "partial": partial,
         "keyed": {keys[0]: leaves[6], keys[1]: (leaves[7], None)},
     }
     watched = leaves + [box, pair, mode, partial] + keys

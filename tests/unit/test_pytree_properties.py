@@ -1,22 +1,17 @@
 """Property tests: on generated trees mixing every node kind (registered classes
 included), fastdispatch._pytree agrees with jax.tree_util on leaves, structure,
 unflatten, equality, and equal trees hash equal."""
+
 from __future__ import annotations
 
-import os
-import sys
-
 import jax.tree_util as jtu
+import treecases
+from fastdispatch._pytree import flatten
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import treecases
-
-from fastdispatch._pytree import flatten
-
 # Bounded: ~400 examples over the file, no deadline (jax array leaves are slow to make).
-SETTINGS = settings(max_examples=150, deadline=None,
-                    suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 @SETTINGS
@@ -57,12 +52,13 @@ def _perturbed(tree, where, how):
 @given(treecases.trees, st.data())
 def test_equality_agrees_with_jax(a, data):
     # b: an unrelated tree, the same shape, or the same shape with one leaf changed.
-    b = data.draw(st.one_of(
-        treecases.trees,
-        st.just(treecases.same_shape_with_new_leaves(a)),
-        st.builds(lambda where, how: _perturbed(a, where, how),
-                  st.integers(0, 50), st.integers(0, 2)),
-    ))
+    b = data.draw(
+        st.one_of(
+            treecases.trees,
+            st.just(treecases.same_shape_with_new_leaves(a)),
+            st.builds(lambda where, how: _perturbed(a, where, how), st.integers(0, 50), st.integers(0, 2)),
+        )
+    )
     _, ours_a = flatten(a)
     _, ours_b = flatten(b)
     jax_equal = jtu.tree_structure(a) == jtu.tree_structure(b)

@@ -6,6 +6,7 @@ signatures are real ones, captured from fastdispatch.jit calls, so these tests
 pin the aggregates, the explanations and the trace file exactly; tests/e2e
 runs the whole dispatcher.
 """
+
 import json
 import threading
 
@@ -159,6 +160,7 @@ def test_empty_report():
 
 # -- explanations --------------------------------------------------------------
 
+
 def scaled(x, lr):
     return x, lr
 
@@ -178,33 +180,60 @@ def explained(old, new):
     return explain_change(describe(old), describe(new))
 
 
-@pytest.mark.parametrize("old, new, expected", [
-    (lambda: signature_of(step, X4), lambda: signature_of(step, jnp.ones(8)),
-     ["x: f32[4] -> f32[8]"]),
-    (lambda: signature_of(step, X4), lambda: signature_of(step, jnp.ones(4, jnp.int32)),
-     ["x: f32[4] -> i32[4]"]),
-    (lambda: signature_of(scaled, X4, 0.5), lambda: signature_of(scaled, X4, jnp.float32(0.5)),
-     ["lr: weak_type changed (f32[]{weak} -> f32[])"]),
-    (lambda: signature_of(moded, X4, mode="train", jit_options={"static_argnames": "mode"}),
-     lambda: signature_of(moded, X4, mode="eval", jit_options={"static_argnames": "mode"}),
-     ["static mode: 'train' -> 'eval'"]),
-    (lambda: signature_of(step, X4),
-     lambda: signature_of(step, jax.device_put(X4, jax.devices()[0])),
-     [f"x: f32[4] -> f32[4]@{jax.sharding.SingleDeviceSharding(jax.devices()[0])}"]),
-    (lambda: signature_of(with_params, {"a": X4}), lambda: signature_of(with_params, {"a": X4, "b": X4}),
-     ["params: tree structure changed (key 'b' added)"]),
-    (lambda: signature_of(with_params, {"layer0": {"a": X4}}),
-     lambda: signature_of(with_params, {"layer0": {"a": X4, "b": X4}}),
-     ["params: tree structure changed (key 'b' added at params['layer0'])"]),
-    (lambda: signature_of(with_params, X4, x=[X4, X4, X4]),
-     lambda: signature_of(with_params, X4, x=[X4, X4, X4, X4]),
-     ["x: tree structure changed (list of 3 -> list of 4)"]),
-    (lambda: signature_of(with_params, (X4,)), lambda: signature_of(with_params, [X4]),
-     ["arguments: tree structure changed (tuple -> list at params)"]),
-    (lambda: signature_of(step, X4), lambda: signature_of(step, X4),
-     ["signature unchanged: compiled again (a new jit wrapper of the same function, "
-      "or its entry was evicted from the cache)"]),
-])
+@pytest.mark.parametrize(
+    "old, new, expected",
+    [
+        (lambda: signature_of(step, X4), lambda: signature_of(step, jnp.ones(8)), ["x: f32[4] -> f32[8]"]),
+        (
+            lambda: signature_of(step, X4),
+            lambda: signature_of(step, jnp.ones(4, jnp.int32)),
+            ["x: f32[4] -> i32[4]"],
+        ),
+        (
+            lambda: signature_of(scaled, X4, 0.5),
+            lambda: signature_of(scaled, X4, jnp.float32(0.5)),
+            ["lr: weak_type changed (f32[]{weak} -> f32[])"],
+        ),
+        (
+            lambda: signature_of(moded, X4, mode="train", jit_options={"static_argnames": "mode"}),
+            lambda: signature_of(moded, X4, mode="eval", jit_options={"static_argnames": "mode"}),
+            ["static mode: 'train' -> 'eval'"],
+        ),
+        (
+            lambda: signature_of(step, X4),
+            lambda: signature_of(step, jax.device_put(X4, jax.devices()[0])),
+            [f"x: f32[4] -> f32[4]@{jax.sharding.SingleDeviceSharding(jax.devices()[0])}"],
+        ),
+        (
+            lambda: signature_of(with_params, {"a": X4}),
+            lambda: signature_of(with_params, {"a": X4, "b": X4}),
+            ["params: tree structure changed (key 'b' added)"],
+        ),
+        (
+            lambda: signature_of(with_params, {"layer0": {"a": X4}}),
+            lambda: signature_of(with_params, {"layer0": {"a": X4, "b": X4}}),
+            ["params: tree structure changed (key 'b' added at params['layer0'])"],
+        ),
+        (
+            lambda: signature_of(with_params, X4, x=[X4, X4, X4]),
+            lambda: signature_of(with_params, X4, x=[X4, X4, X4, X4]),
+            ["x: tree structure changed (list of 3 -> list of 4)"],
+        ),
+        (
+            lambda: signature_of(with_params, (X4,)),
+            lambda: signature_of(with_params, [X4]),
+            ["arguments: tree structure changed (tuple -> list at params)"],
+        ),
+        (
+            lambda: signature_of(step, X4),
+            lambda: signature_of(step, X4),
+            [
+                "signature unchanged: compiled again (a new jit wrapper of the same function, "
+                "or its entry was evicted from the cache)"
+            ],
+        ),
+    ],
+)
 def test_explain_change(old, new, expected):
     assert explained(old(), new()) == expected
 
@@ -223,7 +252,9 @@ def test_x64_and_other_settings_are_named():
 def test_keys_and_numpy_leaves_are_described():
     described = describe(signature_of(with_params, jax.random.key(0), x=jnp.zeros(2).__array__()))
     assert [(leaf.label, leaf.text) for leaf in described.args] == [
-        ("params", "key<fry>[]"), ("x", "f32[2] (numpy)")]
+        ("params", "key<fry>[]"),
+        ("x", "f32[2] (numpy)"),
+    ]
 
 
 def test_a_recompile_is_explained_against_the_closest_earlier_signature():
@@ -242,12 +273,14 @@ def test_a_recompile_is_explained_against_the_closest_earlier_signature():
 
 # -- Chrome trace file -----------------------------------------------------------
 
+
 def test_trace_file_has_spans_per_call_phase_and_compile(tmp_path):
     t = Trace()
     # As the dispatcher stamps a miss: it compiles right after the lookup.
     call(t, F, SIG4, hit=False, compile_ns=1_000_000, launch=1_005_000, start=t.start_ns)
-    worker = threading.Thread(target=call, args=(t, F, SIG4), kwargs={"start": t.start_ns + 10**7},
-                              name="worker")
+    worker = threading.Thread(
+        target=call, args=(t, F, SIG4), kwargs={"start": t.start_ns + 10**7}, name="worker"
+    )
     worker.start()
     worker.join()
     path = tmp_path / "run.json"
@@ -263,7 +296,7 @@ def test_trace_file_has_spans_per_call_phase_and_compile(tmp_path):
     for phase in PHASES:
         assert names.count(f"step: {phase}") == 2
     compile_span = next(e for e in spans if e["name"] == "step: compile")
-    assert compile_span["dur"] == 1000.0          # microseconds
+    assert compile_span["dur"] == 1000.0  # microseconds
     assert compile_span["ts"] == pytest.approx(0.1 + 0.2 + 0.3)  # starts after the lookup
     threads = {e["args"]["name"] for e in events if e["name"] == "thread_name"}
     assert threads == {threading.main_thread().name, "worker"}
@@ -281,8 +314,7 @@ def test_a_fallback_is_one_jax_jit_span():
     t = Trace()
     t.record(F, (0, 9000, 9000, 9000, 9000, 9000), False, 0, "disable_jit", None)
     spans = [e for e in t.chrome_trace()["traceEvents"] if e["ph"] == "X"]
-    assert [(e["name"], e["dur"]) for e in spans] == [
-        ("step", 9.0), ("step: jax.jit (disable_jit)", 9.0)]
+    assert [(e["name"], e["dur"]) for e in spans] == [("step", 9.0), ("step: jax.jit (disable_jit)", 9.0)]
     assert spans[0]["args"]["fallback"] == "disable_jit"
 
 
@@ -317,6 +349,7 @@ def test_a_live_function_keeps_no_finished_trace_alive():
 
 
 # -- the public API (through a fake sink setter) -----------------------------------
+
 
 @pytest.fixture
 def sinks(monkeypatch):
