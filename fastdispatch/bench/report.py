@@ -7,7 +7,7 @@ import math
 
 from .runner import EQUINOX, FASTDISPATCH, FED_BACK_CALLS, JAX, RAW, Result
 
-# The design's hot-path budget (docs: /work/shared/design.md, "Hot-path budget").
+# The hot-path budget (docs/architecture.md, "Speed budget").
 GEOMEAN_TARGET = 0.8  # geometric mean of fastdispatch/jax.jit
 MAX_TARGET = 1.0  # never slower than jax.jit
 OVERHEAD_TARGET = 0.25  # (fd - raw) / (jax - raw) on pytree-heavy calls
