@@ -31,7 +31,8 @@ cdef class CallLayout:
     cdef tuple leaf_index                  # argv index of each leaf, flatten order; None: 0..nargs-1
     cdef tuple static_index                # argv index of each static keyword, static_args order
     # The leaves of a call laid out like this one whose leaves and static
-    # keywords pass the signature's guard; else None.
+    # keywords pass the signature's guard (ARGV_LEAVES: its positional
+    # arguments); else None.
     cdef object guard(self, Call* call, CallSignature signature, tuple context)
     cdef bint _same_keywords(self, PyObject* kwnames)
     cdef tuple _gather(self, PyObject** argv)

@@ -132,6 +132,11 @@ cdef dict _kwargs_from_array(PyObject** items, Py_ssize_t nargs, PyObject* kwnam
     return kwargs
 
 
+# CallLayout.guard's answer when the leaves are the call's positional
+# arguments themselves: the tuple is only built if the executable runs.
+cdef object ARGV_LEAVES = object()
+
+
 cdef inline bint _all_keyable(tuple values):
     for value in values:
         if classify_leaf(value) > LEAF_HOST:
@@ -159,7 +164,7 @@ cdef class CallLayout:
         if self.leaf_index is None:
             if not signature.matches_leaves(call.argv, nargs, context):
                 return None
-            return _tuple_from_array(call.argv, nargs)
+            return ARGV_LEAVES
         leaves = self._gather(call.argv)
         if not signature.matches_leaves(PySequence_Fast_ITEMS(leaves),
                                         PyTuple_GET_SIZE(leaves), context):
@@ -411,6 +416,8 @@ cdef class CompiledFunction:
             # An entry jax runs (numpy arguments, effects): still a hit, found
             # by the guard, so the hand-off costs as little as it can.
             return self._fallback(call, entry.slow_reason, times, entry.signature)
+        if leaves is ARGV_LEAVES:
+            leaves = _tuple_from_array(call.argv, PyVectorcall_NARGS(call.nargsf))
         out = entry.executable.run(leaves, &times.launched if _trace_sink is not None else NULL)
         if out is DELEGATE:
             return self._fallback(call, "scalar_conversion", times, entry.signature)
