@@ -6,6 +6,9 @@ cdef class CacheEntry:
     cdef readonly CallSignature signature  # the key this entry was compiled for
     cdef readonly Executable executable    # runs it; None while compiling, or when jax must
     cdef readonly object slow_reason       # why jax itself runs this entry; None: fast
+    # A front end's own data for the entry (how filter_jit rebuilds its
+    # outputs, say); None for jit.
+    cdef readonly object finish
     cdef readonly object compile_error     # the exception compiling raised, for waiters
     cdef readonly double compile_seconds   # trace + lower + compile time
     cdef bint finished                     # compiling ended (done is set): no wait needed
@@ -24,7 +27,7 @@ cdef class FunctionCache:
     cdef CompiledFunctionCache shared      # the LRU this belongs to
 
     cdef CacheEntry insert(self, CallSignature signature)   # a miss: a new entry, compiling
-    cdef void complete(self, CacheEntry entry, object built, double seconds)
+    cdef void complete(self, CacheEntry entry, object built, double seconds, object finish=*)
     cdef void fail(self, CacheEntry entry, object error)
     cdef void remove(self, CacheEntry entry)
     cdef inline void touch(self, CacheEntry entry):   # a hit

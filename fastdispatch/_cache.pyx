@@ -78,10 +78,12 @@ cdef class FunctionCache:
             shared.evict_least_recent()
         return entry
 
-    cdef void complete(self, CacheEntry entry, object built, double seconds):
-        """Compiling ended well: ``built`` is the Executable, or why jax runs it."""
+    cdef void complete(self, CacheEntry entry, object built, double seconds, object finish=None):
+        """Compiling ended well: ``built`` is the Executable, or why jax runs it;
+        ``finish`` is the front end's own data for the entry."""
         if isinstance(built, Executable):
             entry.executable = <Executable>built
+            entry.finish = finish
         else:
             entry.slow_reason = built
         entry.compile_seconds = seconds

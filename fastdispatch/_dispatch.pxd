@@ -24,6 +24,15 @@ cdef struct CallTimes:
     long long end          # the output is ready
 
 
+# The trace sink (fastdispatch.tracing) while tracing is on, else None: the
+# one C-level flag a call checks.  Front ends read it too.
+cdef object trace_sink
+
+# Hand one call's trace event to the sink (tracing on only).
+cdef void record_call(object fn, CallTimes* times, bint hit, long long compile_ns, object reason,
+                      CallSignature signature)
+
+
 @cython.final
 cdef class CallLayout:
     cdef object kwnames                    # the call's keyword names (a tuple), or None

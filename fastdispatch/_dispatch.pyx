@@ -57,7 +57,7 @@ cdef object _clean_trace_state = _jax.CLEAN_TRACE_STATE
 cdef object _slow_path_reason = _jax.slow_path_reason
 
 # Tracing: a C-level flag checked once per call; see fastdispatch.tracing.
-cdef object _trace_sink = None
+trace_sink = None
 
 # Post hooks: the global one, and a count of threads that set their own so
 # that a call looks at thread-local storage only when one might be there.
@@ -68,8 +68,15 @@ _thread_local = threading.local()
 
 def set_trace_sink(sink):
     """Send every call's timings to ``sink.record(...)``; None stops it."""
-    global _trace_sink
-    _trace_sink = sink
+    global trace_sink
+    trace_sink = sink
+
+
+cdef void record_call(object fn, CallTimes* times, bint hit, long long compile_ns, object reason,
+                      CallSignature signature):
+    trace_sink.record(
+        fn, (times.start, times.flattened, times.keyed, times.found, times.launched, times.end),
+        hit, compile_ns, reason, signature)
 
 
 def set_post_hook(hook, *, thread_local=False):
@@ -336,7 +343,7 @@ cdef class CompiledFunction:
         cdef CallTimes times
         times.start = times.flattened = times.keyed = times.found = 0
         times.launched = times.end = 0
-        if _trace_sink is not None:
+        if trace_sink is not None:
             times.start = now_ns()
         if self._entries is None:
             raise TypeError("CompiledFunction was created without __init__: "
@@ -348,7 +355,7 @@ cdef class CompiledFunction:
         if previous is not None and previous.layout is not None and not previous.entry.evicted:
             leaves = previous.layout.guard(call, previous.signature, context)
             if leaves is not None:
-                if _trace_sink is not None:
+                if trace_sink is not None:
                     times.flattened = times.keyed = times.found = now_ns()
                 return self._run(previous.entry, leaves, call, &times)
         return self._general(call, context, &times)
@@ -365,7 +372,7 @@ cdef class CompiledFunction:
             dynamic_args, dynamic_kwargs, static_args = self._split_static(args, kwargs)
         cdef list leaves = []
         cdef TreeDef treedef = flatten_into((dynamic_args, dynamic_kwargs), leaves)
-        if _trace_sink is not None:
+        if trace_sink is not None:
             times.flattened = now_ns()
 
         # The guard compares with the previous call's own objects, not the
@@ -374,7 +381,7 @@ cdef class CompiledFunction:
         cdef PreviousCall previous = self._previous
         if (previous is not None and not previous.entry.evicted
                 and previous.signature.matches_call(treedef, leaves, static_args, context)):
-            if _trace_sink is not None:
+            if trace_sink is not None:
                 times.keyed = times.found = now_ns()
             return self._run(previous.entry, leaves, call, times)
 
@@ -389,7 +396,7 @@ cdef class CompiledFunction:
         if signature is None:
             return self._fallback(
                 call, "tracer" if refused == LEAF_TRACER else "unsupported_leaf", times, None)
-        if _trace_sink is not None:
+        if trace_sink is not None:
             times.keyed = now_ns()
         cdef CacheEntry entry
         try:
@@ -404,7 +411,7 @@ cdef class CompiledFunction:
             entry = self._entries.insert(signature)
             return self._compile(entry, args, kwargs, leaves, call, times)
         entry.wait(self)
-        if _trace_sink is not None:
+        if trace_sink is not None:
             times.found = now_ns()
         self._remember(entry, signature, args, kwargs, call.kwnames)
         return self._run(entry, leaves, call, times)
@@ -418,10 +425,10 @@ cdef class CompiledFunction:
             return self._fallback(call, entry.slow_reason, times, entry.signature)
         if leaves is ARGV_LEAVES:
             leaves = _tuple_from_array(call.argv, PyVectorcall_NARGS(call.nargsf))
-        out = entry.executable.run(leaves, &times.launched if _trace_sink is not None else NULL)
+        out = entry.executable.run(leaves, &times.launched if trace_sink is not None else NULL)
         if out is DELEGATE:
             return self._fallback(call, "scalar_conversion", times, entry.signature)
-        if _trace_sink is not None:
+        if trace_sink is not None:
             times.end = now_ns()
             self._record(times, True, 0, None, entry.signature)
         return self._returned(call, out)
@@ -440,7 +447,7 @@ cdef class CompiledFunction:
             out = PyObject_Vectorcall(self._jitted, call.argv, call.nargsf, call.kwnames)
         except BaseException as error:
             self._entries.fail(entry, error)
-            if _trace_sink is not None:
+            if trace_sink is not None:
                 times.launched = times.end = now_ns()
                 self._record(times, False, times.end - began, "compile_error", entry.signature)
             raise
@@ -452,7 +459,7 @@ cdef class CompiledFunction:
             built = f"jax's executable could not be reused: {error!r}"
         self._entries.complete(entry, built, (compiled_at - began) / 1e9)
         self._remember(entry, entry.signature, args, kwargs, call.kwnames)
-        if _trace_sink is not None:
+        if trace_sink is not None:
             times.launched = compiled_at
             times.end = now_ns()
             self._record(times, False, compiled_at - began, entry.slow_reason, entry.signature)
@@ -465,7 +472,7 @@ cdef class CompiledFunction:
             out = PyObject_Vectorcall(self._jitted, call.argv, call.nargsf, call.kwnames)
         finally:
             # Recorded also when jax raises: the report counts the hand-off.
-            if _trace_sink is not None:
+            if trace_sink is not None:
                 times.flattened = times.keyed = times.found = now_ns()
                 times.launched = times.end = times.found
                 self._record(times, False, 0, reason, signature)
@@ -483,10 +490,7 @@ cdef class CompiledFunction:
     cdef void _record(self, CallTimes* times, bint hit, long long compile_ns, object reason,
                       CallSignature signature):
         """The one trace event of a call, handed to the sink."""
-        _trace_sink.record(
-            self, (times.start, times.flattened, times.keyed, times.found, times.launched,
-                   times.end),
-            hit, compile_ns, reason, signature)
+        record_call(self, times, hit, compile_ns, reason, signature)
 
     cdef void _remember(self, CacheEntry entry, CallSignature signature, tuple args,
                         dict kwargs, PyObject* kwnames):

@@ -20,6 +20,9 @@ cdef class Executable:
     # run it after all (a Python scalar that does not convert).  With tracing
     # on, launched[0] is stamped once the executable has returned.
     cdef object run(self, object leaves, long long* launched)
+    # The same, returning the flat list of outputs (for front ends that
+    # rebuild the result themselves).
+    cdef object run_flat(self, object leaves, long long* launched)
     cdef object _scalar_buffer(self, Py_ssize_t input, object value)
 
 

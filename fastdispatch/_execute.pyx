@@ -112,6 +112,16 @@ cdef class Executable:
         PyMem_Free(self.input_kind)
 
     cdef object run(self, object leaves, long long* launched):
+        outputs = self.run_flat(leaves, launched)
+        if outputs is DELEGATE:
+            return DELEGATE
+        if self.single_output:
+            return <object>PyList_GET_ITEM(outputs, 0)
+        if self.out_treedef is not None:
+            return self.out_treedef.unflatten(outputs)
+        return self.jax_out_treedef.unflatten(outputs)
+
+    cdef object run_flat(self, object leaves, long long* launched):
         # leaves: a list or a tuple (PySequence_Fast_ITEMS reads either).
         cdef object buffers   # the leaves themselves (list or tuple), or a new list
         cdef PyObject** items
@@ -140,11 +150,7 @@ cdef class Executable:
             raise _as_jit_error(error)
         if launched != NULL:
             launched[0] = now_ns()
-        if self.single_output:
-            return <object>PyList_GET_ITEM(outputs, 0)
-        if self.out_treedef is not None:
-            return self.out_treedef.unflatten(outputs)
-        return self.jax_out_treedef.unflatten(outputs)
+        return outputs
 
     cdef object _scalar_buffer(self, Py_ssize_t input, object value):
         """A device array for a Python scalar input, or None if it won't convert.

@@ -13,6 +13,21 @@ cdef enum NodeKind:
     # NodeType only: a register_dataclass type whose fields are known, walked
     # by getattr with no Python call (its TreeDefs are CUSTOM)
     NODE_DATACLASS = 7
+    # NodeType only: a registered type whose flatten reads named entries of the
+    # instance __dict__, as a front end's FieldLayout says; walked in C (its
+    # TreeDefs are CUSTOM)
+    NODE_FIELDS = 8
+
+
+@cython.final
+cdef class FieldLayout:
+    """How a registered type's flatten function reads an instance (NODE_FIELDS)."""
+    cdef readonly tuple children       # __dict__ keys of the children, in order
+    cdef readonly tuple aux_prefix     # the aux data's first items: the same for every instance
+    cdef readonly tuple aux_names      # __dict__ keys of the aux data's other items, in order
+    cdef readonly Py_ssize_t dict_size # valid only for instances whose __dict__ has this many entries
+    cdef readonly bint direct_unflatten  # rebuild as object.__new__ and __dict__ writes
+    cdef readonly object absent        # a value that means "not set": not written back
 
 
 @cython.final
@@ -29,13 +44,14 @@ cdef class DictKeys:
 @cython.final
 cdef class NodeType:
     """What flatten needs to know about one Python type, looked up once per type."""
-    cdef int kind                   # NODE_LEAF, NODE_NAMEDTUPLE, NODE_CUSTOM or NODE_DATACLASS
+    cdef int kind                   # NODE_LEAF, NAMEDTUPLE, CUSTOM, DATACLASS or FIELDS
     cdef object node_type           # the type itself
-    cdef object to_iter             # jax's flatten function (CUSTOM, DATACLASS)
-    cdef object from_iter           # jax's unflatten function (CUSTOM, DATACLASS)
+    cdef object to_iter             # jax's flatten function (CUSTOM, DATACLASS, FIELDS)
+    cdef object from_iter           # jax's unflatten function (CUSTOM, DATACLASS, FIELDS)
     cdef tuple data_fields          # DATACLASS: attribute names of the children
     cdef tuple meta_fields          # DATACLASS: attribute names of the aux data
-    cdef bint checked               # DATACLASS: fields checked against to_iter on a first instance
+    cdef bint checked               # DATACLASS, FIELDS: checked against to_iter on a first instance
+    cdef FieldLayout layout         # FIELDS: which __dict__ entries make the node
     cdef dict memos                 # aux data (atoms only) -> the last node built with it
 
 

@@ -40,6 +40,7 @@ from fastdispatch._jax import dataclass_fields as _dataclass_fields, pytree_regi
 
 cdef extern from "Python.h":
     dict _PyDict_NewPresized(Py_ssize_t minused)
+    dict PyObject_GenericGetDict(object o, void* context)
 
 
 cdef enum:
@@ -186,6 +187,9 @@ cdef class TreeDef:
                 PyDict_SetItem(kwargs, <object>PyTuple_GET_ITEM(info.data_fields, i),
                                <object>PyTuple_GET_ITEM(built, i))
             return PyObject_Call(self.node_type, (), kwargs)
+        if (info.kind == NODE_FIELDS and info.layout.direct_unflatten
+                and _has_layout_prefix(info.layout, self.node_data)):
+            return _build_fields(self.node_type, info.layout, built, self.node_data)
         return info.from_iter(self.node_data, built)
 
     def leaf_paths(self):
@@ -263,7 +267,7 @@ def _treedef_from_state(int kind, object node_type, object data, tuple children)
     if info.kind == NODE_LEAF:
         raise TypeError(f"TreeDef: cannot unpickle a node of type {node_type!r}: "
                         "it is not registered as a pytree node in this process")
-    atom = _is_atom(data, 0)
+    atom = _aux_is_atom(info, data)
     return _new_node(NODE_CUSTOM, node_type, data, children, info,
                      _custom_hash(node_type, data, atom), atom)
 
@@ -313,6 +317,13 @@ cdef NodeType _classify_type(type t):
         if fields is not None:
             info.kind = NODE_DATACLASS
             info.data_fields, info.meta_fields = fields
+        else:
+            for reader in _field_readers:
+                layout = reader(t, info.to_iter)
+                if layout is not None:
+                    info.kind = NODE_FIELDS
+                    info.layout = <FieldLayout?>layout
+                    break
     elif issubclass(t, tuple) and hasattr(t, "_fields"):
         # jax flattens namedtuples natively; they are not in its Python registry.
         info = NodeType.__new__(NodeType)
@@ -326,8 +337,8 @@ cdef NodeType _classify_type(type t):
     return info
 
 
-cdef bint _check_dataclass(NodeType info, object tree, tuple children, tuple aux) except -1:
-    """True when getattr on the fields gives exactly what jax's to_iter gives."""
+cdef bint _check_reader(NodeType info, object tree, tuple children, tuple aux) except -1:
+    """True when reading the fields ourselves gives exactly what jax's to_iter gives."""
     expected = info.to_iter(tree)
     if type(expected) is not tuple or len(expected) != 2:
         return False
@@ -374,6 +385,122 @@ cdef inline bint _same_aux(object a, object b) noexcept:
     if a is b:
         return True
     return type(a) is tuple and type(b) is tuple and same_items(<tuple>a, <tuple>b)
+
+
+# ----------------------------------------------------------------------------
+# Field layouts: registered types whose flatten reads the instance __dict__
+# ----------------------------------------------------------------------------
+
+# What a FieldLayout's `absent` defaults to: no value is absent.
+cdef object _NOTHING_ABSENT = object()
+cdef object _object_new = object.__new__
+cdef list _field_readers = []
+
+
+@cython.final
+cdef class FieldLayout:
+    """A registered type's flatten, as data: the children are the instance
+    __dict__'s values for ``children``; the aux data is ``aux_prefix`` followed
+    by its values for ``aux_names``.  It holds for instances whose __dict__ has
+    exactly ``dict_size`` entries, all of these among them; others are
+    flattened by the registered function.  With ``direct_unflatten``, a node is
+    rebuilt as ``object.__new__(type)`` and __dict__ writes (children, then aux
+    names), skipping values that are ``absent``; that is for types whose
+    unflatten does just that (no ``__init__``) and whose field names are not
+    data descriptors on the type."""
+
+    def __init__(self, children, aux_prefix, aux_names, Py_ssize_t dict_size, *,
+                 bint direct_unflatten=False, absent=_NOTHING_ABSENT):
+        self.children = tuple(children)
+        self.aux_prefix = tuple(aux_prefix)
+        self.aux_names = tuple(aux_names)
+        self.dict_size = dict_size
+        self.direct_unflatten = direct_unflatten
+        self.absent = absent
+
+
+def add_field_reader(reader):
+    """Teach flatten a family of registered types: ``reader(type, to_iter)``
+    returns a FieldLayout when ``to_iter`` (the registered flatten function of
+    ``type``) reads the instance __dict__ as the layout says, else None.  The
+    first instance of each type is checked against ``to_iter``, and any
+    difference leaves the type to ``to_iter``.  (Front ends call this; the
+    equinox front end registers equinox Modules.)"""
+    global _registry_size
+    if reader not in _field_readers:
+        _field_readers.append(reader)
+        _registry_size = -1      # classify every type again
+
+
+cdef tuple _read_fields(FieldLayout layout, object tree):
+    """(children, aux) read from the instance __dict__, or None when the
+    instance does not have the layout's exact set of entries."""
+    cdef dict d = PyObject_GenericGetDict(tree, NULL)
+    cdef Py_ssize_t i, n_prefix = PyTuple_GET_SIZE(layout.aux_prefix)
+    cdef Py_ssize_t n_aux = PyTuple_GET_SIZE(layout.aux_names)
+    cdef PyObject* value
+    if PyDict_Size(d) != layout.dict_size:
+        return None
+    cdef tuple children = PyTuple_New(PyTuple_GET_SIZE(layout.children))
+    for i in range(PyTuple_GET_SIZE(layout.children)):
+        value = PyDict_GetItem(d, <object>PyTuple_GET_ITEM(layout.children, i))
+        if value == NULL:
+            return None
+        Py_INCREF(<object>value)
+        PyTuple_SET_ITEM(children, i, <object>value)
+    cdef tuple aux = PyTuple_New(n_prefix + n_aux)
+    for i in range(n_prefix):
+        Py_INCREF(<object>PyTuple_GET_ITEM(layout.aux_prefix, i))
+        PyTuple_SET_ITEM(aux, i, <object>PyTuple_GET_ITEM(layout.aux_prefix, i))
+    for i in range(n_aux):
+        value = PyDict_GetItem(d, <object>PyTuple_GET_ITEM(layout.aux_names, i))
+        if value == NULL:
+            return None
+        Py_INCREF(<object>value)
+        PyTuple_SET_ITEM(aux, n_prefix + i, <object>value)
+    return children, aux
+
+
+cdef bint _has_layout_prefix(FieldLayout layout, object aux) noexcept:
+    """``aux`` was read through the layout: its length and its very prefix."""
+    cdef Py_ssize_t i, n_prefix = PyTuple_GET_SIZE(layout.aux_prefix)
+    if type(aux) is not tuple:
+        return False
+    if PyTuple_GET_SIZE(aux) != n_prefix + PyTuple_GET_SIZE(layout.aux_names):
+        return False
+    for i in range(n_prefix):
+        if PyTuple_GET_ITEM(aux, i) != PyTuple_GET_ITEM(layout.aux_prefix, i):
+            return False
+    return True
+
+
+cdef object _build_fields(object node_type, FieldLayout layout, tuple children, tuple aux):
+    """The registered unflatten of a FieldLayout type, in C."""
+    cdef object built = _object_new(node_type)
+    cdef dict d = PyObject_GenericGetDict(built, NULL)
+    cdef Py_ssize_t i, n_prefix = PyTuple_GET_SIZE(layout.aux_prefix)
+    cdef object value
+    for i in range(PyTuple_GET_SIZE(layout.children)):
+        value = <object>PyTuple_GET_ITEM(children, i)
+        if value is not layout.absent:
+            PyDict_SetItem(d, <object>PyTuple_GET_ITEM(layout.children, i), value)
+    for i in range(PyTuple_GET_SIZE(layout.aux_names)):
+        value = <object>PyTuple_GET_ITEM(aux, n_prefix + i)
+        if value is not layout.absent:
+            PyDict_SetItem(d, <object>PyTuple_GET_ITEM(layout.aux_names, i), value)
+    return built
+
+
+cdef bint _aux_is_atom(NodeType info, object aux) noexcept:
+    """Aux data a memo may keep: atoms; a FieldLayout's own prefix is kept anyway."""
+    cdef Py_ssize_t i, n_prefix
+    if info.kind != NODE_FIELDS or not _has_layout_prefix(info.layout, aux):
+        return _is_atom(aux, 0)
+    n_prefix = PyTuple_GET_SIZE(info.layout.aux_prefix)
+    for i in range(n_prefix, PyTuple_GET_SIZE(aux)):
+        if not _is_atom(<object>PyTuple_GET_ITEM(aux, i), 1):
+            return False
+    return True
 
 
 # ----------------------------------------------------------------------------
@@ -682,18 +809,25 @@ cdef TreeDef _flatten_node(object tree, NodeType info, list leaves, int depth, P
             PyTuple_SET_ITEM(aux, i, result)
         if not info.checked:
             seq = tuple([getattr(tree, name) for name in info.data_fields])
-            if not _check_dataclass(info, tree, <tuple>seq, <tuple>aux):
+            if not _check_reader(info, tree, <tuple>seq, <tuple>aux):
                 info.kind = NODE_CUSTOM
                 return _flatten_node(tree, info, leaves, depth, path)
             info.checked = True
         seq = tree
         fields = info.data_fields
     else:
-        result = info.to_iter(tree)
-        if type(result) is not tuple or PyTuple_GET_SIZE(result) != 2:
-            raise TypeError(
-                f"flatten: the flatten function registered for {info.node_type.__name__} "
-                f"returned {type(result).__name__}; expected a (children, aux_data) pair")
+        result = _read_fields(info.layout, tree) if info.kind == NODE_FIELDS else None
+        if result is not None and not info.checked:
+            if not _check_reader(info, tree, <tuple>result[0], <tuple>result[1]):
+                info.kind = NODE_CUSTOM
+                return _flatten_node(tree, info, leaves, depth, path)
+            info.checked = True
+        if result is None:
+            result = info.to_iter(tree)
+            if type(result) is not tuple or PyTuple_GET_SIZE(result) != 2:
+                raise TypeError(
+                    f"flatten: the flatten function registered for {info.node_type.__name__} "
+                    f"returned {type(result).__name__}; expected a (children, aux_data) pair")
         seq = <object>PyTuple_GET_ITEM(result, 0)
         aux = <object>PyTuple_GET_ITEM(result, 1)
         if type(seq) is not tuple and type(seq) is not list:
@@ -705,7 +839,7 @@ cdef TreeDef _flatten_node(object tree, NodeType info, list leaves, int depth, P
     else:  # a tuple, or a namedtuple: its C size, whatever its class says __len__ is
         n = PyTuple_GET_SIZE(seq)
     # Memoised per aux value (a dataclass's static fields, say), atoms only.
-    atom = _is_atom(aux, 0)
+    atom = _aux_is_atom(info, aux)
     if atom and info.memos is not None:
         found = PyDict_GetItem(info.memos, aux)
         if found != NULL:

@@ -35,6 +35,10 @@ cdef class CallSignature:
     cdef readonly tuple static_args    # (label, type, value) triples, positions then sorted names
     cdef readonly tuple context        # jax's trace_context() at the call
     cdef readonly tuple arg_names      # dynamic positional parameter names, for reports
+    # The front end that made it, when its keyed leaves are not simply the
+    # treedef's leaves (filter_jit): it describes them for reports through
+    # leaf_paths(signature) and static_items(signature).  None for jit.
+    cdef readonly object front
     cdef Py_hash_t _hash               # computed once, at construction
 
     # The steady-state guard: same structure, same statics, same context, and
@@ -51,4 +55,5 @@ cdef class CallSignature:
 # refused[0] says which kind (LEAF_TRACER or LEAF_OTHER).  Raises TypeError
 # for an unhashable static argument.
 cdef CallSignature make_signature(TreeDef treedef, list leaves, tuple static_args,
-                                  tuple context, tuple arg_names, LeafKind* refused)
+                                  tuple context, tuple arg_names, LeafKind* refused,
+                                  object front=*)

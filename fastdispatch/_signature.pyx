@@ -264,6 +264,19 @@ cdef class CallSignature:
                 return False
         return True
 
+    def leaf_paths(self):
+        """Each keyed leaf's path (a tuple of jax key entries), in key order."""
+        if self.front is not None:
+            return self.front.leaf_paths(self)
+        return self.treedef.leaf_paths()
+
+    def static_items(self):
+        """``(label, value)`` of each static argument, in key order."""
+        if self.front is not None:
+            return self.front.static_items(self)
+        items = self.static_args
+        return [(str(items[i]), items[i + 2]) for i in range(0, len(items), 3)]
+
     def leaf_keys(self):
         """Each leaf's key as a LeafKeyView, in flatten order (kind as a name)."""
         cdef LeafKey* key
@@ -283,7 +296,8 @@ cdef class CallSignature:
 
 
 cdef CallSignature make_signature(TreeDef treedef, list leaves, tuple static_args,
-                                  tuple context, tuple arg_names, LeafKind* refused):
+                                  tuple context, tuple arg_names, LeafKind* refused,
+                                  object front=None):
     cdef Py_ssize_t i, n = PyList_GET_SIZE(leaves)
     cdef LeafKind kind
     cdef CallSignature sig = CallSignature.__new__(CallSignature)
@@ -306,5 +320,6 @@ cdef CallSignature make_signature(TreeDef treedef, list leaves, tuple static_arg
     sig.static_args = static_args
     sig.context = context
     sig.arg_names = arg_names
+    sig.front = front
     sig._hash = <Py_hash_t>h if <Py_hash_t>h != -1 else -2
     return sig

@@ -64,6 +64,8 @@ def argument_of(path: tuple, arg_names: tuple) -> tuple[str, tuple]:
         return name, path[2:]
     if len(path) >= 2 and path[0] == _KEYWORD and isinstance(path[1], DictKey):
         return str(path[1].key), path[2:]
+    if path and isinstance(path[0], str):   # a front end's own root, e.g. "fun"
+        return path[0], path[1:]
     return keystr(path), ()
 
 
@@ -96,12 +98,11 @@ def describe(signature) -> Description:
     """The Description of a CallSignature."""
     x64 = _x64(signature.context)
     args = []
-    for path, key in zip(signature.treedef.leaf_paths(), signature.leaf_keys()):
+    for path, key in zip(signature.leaf_paths(), signature.leaf_keys()):
         aval, weak_type, placement, numpy = _leaf_aval(key, x64)
         argument, rest = argument_of(path, signature.arg_names)
         args.append(ArgumentLeaf(path, argument, argument + keystr(rest), aval, weak_type, placement, numpy))
-    static_args = signature.static_args
-    static = tuple((str(static_args[i]), repr(static_args[i + 2])) for i in range(0, len(static_args), 3))
+    static = tuple((label, repr(value)) for label, value in signature.static_items())
     context = tuple((name, repr(value)) for name, value in zip(_jax.trace_context_names(), signature.context))
     return Description(tuple(args), static, context, signature.treedef, signature.arg_names)
 

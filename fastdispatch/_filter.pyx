@@ -1,0 +1,497 @@
+# cython: boundscheck=False, wraparound=False
+"""The hot path of ``fastdispatch.filter_jit``: equinox's filter_jit on the engine.
+
+A call ``wrapper(*args, **kwargs)`` is, as equinox makes it:
+  bind       the arguments to the function's signature; a BindPlan per call
+             layout says where each bound argument comes from
+  partition  the leaves of (bound args, bound kwargs): jax arrays are traced,
+             every other leaf is static (compared with ==, hashed); the
+             function's own arrays (a Module's, a bound method's) are traced too
+  key        a CallSignature: the tree, the static leaves (None where an array
+             is), the function's static part and donation, the arrays' keys;
+             the identity guard against the previous call first
+  execute    the executable compiled by equinox's shared jax.jit for that key,
+             its inputs in equinox's order (first argument, function, rest)
+  rebuild    the output tree: arrays from the executable, every other leaf the
+             very object the trace returned (as equinox returns them)
+Whatever the fast path does not run (tracers, numpy arrays, effects,
+disable_jit, a first call) is equinox's own call, with its frames, warnings and
+errors; a first call then hands its executable to the fast path.
+"""
+import sys
+import warnings
+
+cimport cython
+from cpython.dict cimport PyDict_GetItem, PyDict_Next, PyDict_Size
+from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE, PyList_New, PyList_SET_ITEM
+from cpython.mem cimport PyMem_Free, PyMem_Malloc
+from cpython.object cimport PyObject
+from cpython.ref cimport Py_INCREF
+from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE, PyTuple_New, PyTuple_SET_ITEM
+
+from fastdispatch._cache cimport CacheEntry, CompiledFunctionCache, FunctionCache
+from fastdispatch._clock cimport now_ns
+from fastdispatch._dispatch cimport CallTimes, CompiledFunction, PreviousCall, record_call
+from fastdispatch._execute cimport Executable, make_executable
+from fastdispatch._pytree cimport TreeDef, flatten_into
+from fastdispatch._signature cimport (
+    CallSignature, LeafKind, LEAF_ARRAY, LEAF_KEY, LEAF_SCALAR, LEAF_TRACER, LEAF_OTHER,
+    classify_leaf, make_signature)
+from fastdispatch cimport _dispatch
+from fastdispatch._cache import default_cache
+from fastdispatch import _jax
+
+cdef extern from "Python.h":
+    dict PyObject_GenericGetDict(object o, void* context)
+
+cdef object _trace_context = _jax.trace_context
+cdef object _trace_state = _jax.TRACE_STATE
+cdef object _clean_trace_state = _jax.CLEAN_TRACE_STATE
+cdef object _slow_path_reason = _jax.slow_path_reason
+
+cdef str _CACHED = sys.intern("_cached")
+cdef str _SIGNATURE = sys.intern("_signature")
+cdef str _DYNAMIC_FUN = sys.intern("_dynamic_fun")
+cdef str _STATIC_FUN = sys.intern("_static_fun")
+cdef str _DONATE_FIRST = sys.intern("donate_first")
+cdef str _DONATE_REST = sys.intern("donate_rest")
+
+# Bound plans kept per dispatcher (wrappers made anew each call bring new
+# signature objects): past this many, the table starts again.
+cdef enum:
+    MAX_PLANS = 64
+
+cdef dict _NO_KWARGS = {}
+
+# Leaf types classify_leaf calls OTHER, by whether equinox.is_array accepts
+# them (an array type jax does not run directly): decided once per type.
+cdef dict _array_like_types = {}
+
+
+cdef bint _array_like(object leaf, object is_array) except -1:
+    cdef type leaf_type = type(leaf)
+    found = _array_like_types.get(leaf_type)
+    if found is None:
+        found = bool(is_array(leaf))
+        if len(_array_like_types) >= 4096:
+            _array_like_types.clear()
+        _array_like_types[leaf_type] = found
+    return found
+
+
+cdef class _Marker:
+    # A stand-in argument, to see where signature.bind puts each one.
+    cdef object source
+
+
+cdef class BindPlan:
+    """Where ``signature.bind(*args, **kwargs)`` puts each argument, for every
+    call with these positional count and keyword names.  Binding normalises a
+    call as equinox does: f(x, 2) and f(x, y=2) bind alike; defaults are not
+    filled in."""
+
+    cdef bint fits(self, object signature, tuple args, dict kwargs):
+        cdef Py_ssize_t pos = 0, i = 0
+        cdef PyObject* key
+        cdef PyObject* value
+        if signature is not self.signature or PyTuple_GET_SIZE(args) != self.nargs:
+            return False
+        if PyDict_Size(kwargs) != PyTuple_GET_SIZE(self.kwnames):
+            return False
+        # Keyword names compared by address: a call site passes the same
+        # interned names, in the same order, every time.
+        while PyDict_Next(kwargs, &pos, &key, &value):
+            if key != PyTuple_GET_ITEM(self.kwnames, i):
+                return False
+            i += 1
+        return True
+
+    cdef tuple bind(self, tuple args, dict kwargs):
+        """(bound args, bound kwargs)."""
+        cdef Py_ssize_t i
+        if self.as_is:
+            return (args, _NO_KWARGS)
+        cdef tuple bound_args = PyTuple_New(PyTuple_GET_SIZE(self.arg_sources))
+        for i in range(PyTuple_GET_SIZE(self.arg_sources)):
+            value = _source(<object>PyTuple_GET_ITEM(self.arg_sources, i), args, kwargs)
+            Py_INCREF(value)
+            PyTuple_SET_ITEM(bound_args, i, value)
+        cdef dict bound_kwargs = _NO_KWARGS
+        if PyTuple_GET_SIZE(self.kwarg_names):
+            bound_kwargs = {}
+            for i in range(PyTuple_GET_SIZE(self.kwarg_names)):
+                bound_kwargs[<object>PyTuple_GET_ITEM(self.kwarg_names, i)] = _source(
+                    <object>PyTuple_GET_ITEM(self.kwarg_sources, i), args, kwargs)
+        return (bound_args, bound_kwargs)
+
+
+cdef inline object _source(object source, tuple args, dict kwargs):
+    if type(source) is int:
+        return <object>PyTuple_GET_ITEM(args, <Py_ssize_t>source)
+    return <object>PyDict_GetItem(kwargs, source)
+
+
+cdef BindPlan _make_plan(object signature, tuple args, dict kwargs):
+    cdef BindPlan plan = BindPlan.__new__(BindPlan)
+    cdef _Marker marker
+    plan.signature = signature
+    plan.nargs = len(args)
+    plan.kwnames = tuple(kwargs)
+    positional = []
+    for i in range(len(args)):
+        marker = _Marker.__new__(_Marker)
+        marker.source = i
+        positional.append(marker)
+    keywords = {}
+    for name in kwargs:
+        marker = _Marker.__new__(_Marker)
+        marker.source = name
+        keywords[name] = marker
+    try:
+        bound = signature.bind(*positional, **keywords)
+    except TypeError:
+        plan.refused = True
+        return plan
+    plan.arg_sources = tuple([(<_Marker>m).source for m in bound.args])
+    plan.kwarg_names = tuple(bound.kwargs)
+    plan.kwarg_sources = tuple([(<_Marker>m).source for m in bound.kwargs.values()])
+    plan.as_is = not kwargs and plan.arg_sources == tuple(range(len(args)))
+    plan.arg_names = tuple(
+        p.name for p in signature.parameters.values()
+        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD))
+    return plan
+
+
+cdef class OutputRecipe:
+    """How the flat outputs of an executable become the call's result: the
+    output tree, with each leaf an output of the executable (output 0 is
+    equinox's marker) or the static value the trace returned."""
+
+    def __dealloc__(self):
+        PyMem_Free(self.source)
+
+    cdef object build(self, list outputs):
+        cdef Py_ssize_t i, k
+        cdef object value
+        if self.single >= 0:
+            return <object>PyList_GET_ITEM(outputs, self.single)
+        cdef list leaves = PyList_New(self.num_leaves)
+        for i in range(self.num_leaves):
+            k = self.source[i]
+            if k >= 0:
+                value = <object>PyList_GET_ITEM(outputs, k)
+            else:
+                value = <object>PyTuple_GET_ITEM(self.statics, i)
+            Py_INCREF(value)
+            PyList_SET_ITEM(leaves, i, value)
+        return self.treedef.unflatten(leaves)
+
+
+cdef object _make_recipe(object out, Py_ssize_t num_outputs):
+    """The OutputRecipe of a call whose result was ``out`` (from equinox's own
+    call), for an executable with ``num_outputs`` outputs; or why not."""
+    cdef list leaves = []
+    cdef TreeDef treedef = flatten_into(out, leaves)
+    cdef OutputRecipe recipe = OutputRecipe.__new__(OutputRecipe)
+    cdef Py_ssize_t i, n = len(leaves), k = 1
+    cdef LeafKind kind
+    recipe.treedef = treedef
+    recipe.num_leaves = n
+    recipe.source = <Py_ssize_t*>PyMem_Malloc((n + 1) * sizeof(Py_ssize_t))
+    if recipe.source == NULL:
+        raise MemoryError()
+    statics = []
+    for i in range(n):
+        kind = classify_leaf(leaves[i])
+        if kind == LEAF_ARRAY or kind == LEAF_KEY:
+            recipe.source[i] = k
+            k += 1
+            statics.append(None)
+        elif kind == LEAF_SCALAR or kind == LEAF_OTHER:
+            recipe.source[i] = -1
+            statics.append(leaves[i])
+        else:
+            return "outputs that are not jax arrays"
+    if k != num_outputs:
+        return "outputs flatten differently from equinox's"
+    recipe.statics = tuple(statics)
+    recipe.single = 1 if treedef.num_nodes == 1 and n == 1 and recipe.source[0] == 1 else -1
+    return recipe
+
+
+cdef class _Front:
+    """Describes filter_jit's signatures for reports (CallSignature.front):
+    its keyed leaves are the call's arrays (first argument, the function's
+    own arrays, the rest, in the executable's order), not the tree's leaves."""
+
+    def leaf_paths(self, CallSignature signature):
+        from jax.tree_util import FlattenedIndexKey
+
+        _, donate_first, donate_rest, static = signature.static_args
+        paths = signature.treedef.leaf_paths()
+        dynamic = [path for path, value in zip(paths, static) if value is None]
+        first = [path for path in dynamic if _in_first(path)]
+        rest = [path for path in dynamic if not _in_first(path)]
+        fun = [("fun", FlattenedIndexKey(i)) for i in range(signature.num_leaves - len(dynamic))]
+        if donate_rest and not donate_first:
+            return fun + rest + first
+        return first + fun + rest
+
+    def static_items(self, CallSignature signature):
+        from fastdispatch.tracing.explain import argument_of
+        from jax.tree_util import keystr
+
+        items = []
+        for path, value in zip(signature.treedef.leaf_paths(), signature.static_args[3]):
+            if value is not None:
+                argument, rest = argument_of(path, signature.arg_names)
+                items.append((argument + keystr(rest), value))
+        items.append(("fun", signature.static_args[0][0]))
+        return items
+
+
+def _in_first(path):
+    # A leaf of the first bound positional argument: (args, kwargs)[0][0]...
+    return len(path) >= 2 and getattr(path[0], "idx", None) == 0 and getattr(
+        path[1], "idx", None) == 0
+
+
+cdef _Front _FRONT = _Front()
+
+
+def jax_function(jitted):
+    """jax's own jit object behind ``jitted``.  Under ``python -m fastdispatch``,
+    jax.jit is fastdispatch.jit, and equinox's shared jit is a CompiledFunction:
+    its jax.jit is used, so that a call is recorded once, as the wrapper's."""
+    if isinstance(jitted, CompiledFunction):
+        return (<CompiledFunction>jitted)._jitted
+    return jitted
+
+
+cdef class FilterDispatcher:
+    """The fast path of every filter_jit wrapper of one function: equinox
+    shares one jax.jit between them (by function, or by name for other
+    callables), and so does this, with its entries, plans and guard."""
+
+    def __init__(self, jitted, slow_call, lower_call, is_array):
+        self.jitted = jax_function(jitted)
+        self.slow_call = slow_call
+        self.lower_call = lower_call
+        self.is_array = is_array
+        self.entries = (<CompiledFunctionCache>default_cache()).function_cache(self, None)
+        self.plans = {}
+
+    # equinox's own call uses the shared jax.jit as wrapper._cached(...):
+    def __call__(self, *args, **kwargs):
+        return self.jitted(*args, **kwargs)
+
+    def lower(self, *args, **kwargs):
+        return self.jitted.lower(*args, **kwargs)
+
+    def clear(self):
+        """Forget the executables and plans (equinox.clear_caches())."""
+        self.entries.clear()
+        self.plans.clear()
+        self.last_plan = None
+        self.previous = None
+
+    def _cache_size(self):
+        return len(self.entries)
+
+    def __repr__(self):
+        return f"<fastdispatch filter_jit dispatcher of {self.jitted!r}>"
+
+    cdef BindPlan plan_for(self, object signature, tuple args, dict kwargs):
+        cdef BindPlan plan = self.last_plan
+        if plan is not None and plan.fits(signature, args, kwargs):
+            return plan
+        key = (id(signature), len(args), tuple(kwargs))
+        plan = self.plans.get(key)
+        if plan is None or plan.signature is not signature:
+            plan = _make_plan(signature, args, kwargs)
+            if len(self.plans) >= MAX_PLANS:
+                self.plans.clear()
+            self.plans[key] = plan
+        self.last_plan = plan
+        return plan
+
+    cdef object dispatch(self, object wrapper, dict fields, tuple args, dict kwargs,
+                         CallTimes* times):
+        context = _trace_context()
+        if _trace_state.value is not _clean_trace_state:
+            return self.fallback(wrapper, args, kwargs, "tracer", times, None)
+        cdef BindPlan plan = self.plan_for(<object>PyDict_GetItem(fields, _SIGNATURE), args, kwargs)
+        if plan.refused:
+            return self.fallback(wrapper, args, kwargs, "argument_binding", times, None)
+        cdef tuple bound = plan.bind(args, kwargs)
+        cdef list leaves = []
+        cdef TreeDef treedef = flatten_into(bound, leaves)
+        if _dispatch.trace_sink is not None:
+            times.flattened = now_ns()
+
+        # Partition: arrays are traced (in order), every other leaf is static.
+        cdef Py_ssize_t i, n = PyList_GET_SIZE(leaves)
+        cdef Py_ssize_t first_end = 0, first_dynamic = 0
+        cdef tuple static = PyTuple_New(n)
+        cdef list dynamic = []
+        cdef LeafKind kind
+        cdef object leaf, slot
+        if PyTuple_GET_SIZE(<tuple>bound[0]):
+            first_end = (<TreeDef>(<TreeDef>treedef.children[0]).children[0]).num_leaves
+        for i in range(n):
+            if i == first_end:
+                first_dynamic = PyList_GET_SIZE(dynamic)
+            leaf = <object>PyList_GET_ITEM(leaves, i)
+            kind = classify_leaf(leaf)
+            if kind == LEAF_ARRAY or kind == LEAF_KEY:
+                dynamic.append(leaf)
+                slot = None
+            elif kind == LEAF_SCALAR or (kind == LEAF_OTHER and not _array_like(leaf, self.is_array)):
+                slot = leaf
+            else:
+                return self.fallback(wrapper, args, kwargs,
+                                     "tracer" if kind == LEAF_TRACER else "numpy arguments",
+                                     times, None)
+            Py_INCREF(slot)
+            PyTuple_SET_ITEM(static, i, slot)
+        if n <= first_end:
+            first_dynamic = PyList_GET_SIZE(dynamic)
+
+        # The executable's inputs, in equinox's order: jax flattens its dicts
+        # of donated and kept arrays by key ("first" < "fun" < "rest").
+        cdef bint donate_first = <object>PyDict_GetItem(fields, _DONATE_FIRST) is True
+        cdef bint donate_rest = <object>PyDict_GetItem(fields, _DONATE_REST) is True
+        cdef list inputs = dynamic
+        cdef tuple fun_arrays = <tuple>PyDict_GetItem(fields, _DYNAMIC_FUN)
+        fun_dynamic = [value for value in fun_arrays if value is not None]
+        for leaf in fun_dynamic:
+            kind = classify_leaf(leaf)
+            if kind != LEAF_ARRAY and kind != LEAF_KEY:
+                return self.fallback(wrapper, args, kwargs, "numpy arguments", times, None)
+        if donate_rest and not donate_first:
+            inputs = fun_dynamic + dynamic[first_dynamic:] + dynamic[:first_dynamic]
+        elif fun_dynamic:
+            inputs = dynamic[:first_dynamic] + fun_dynamic + dynamic[first_dynamic:]
+        static_args = (<object>PyDict_GetItem(fields, _STATIC_FUN), donate_first, donate_rest,
+                       static)
+
+        cdef PreviousCall previous = self.previous
+        cdef CacheEntry entry = previous.entry if previous is not None else None
+        cdef CallSignature signature
+        cdef LeafKind refused = LEAF_ARRAY
+        if (entry is not None and not entry.evicted
+                and previous.signature.matches_call(treedef, inputs, static_args, context)):
+            if _dispatch.trace_sink is not None:
+                times.keyed = times.found = now_ns()
+        else:
+            try:
+                signature = make_signature(treedef, inputs, static_args, context,
+                                           plan.arg_names, &refused, _FRONT)
+            except Exception:
+                # An unhashable static leaf: equinox's call raises jax's error.
+                return self.fallback(wrapper, args, kwargs, "static_argument_error", times, None)
+            if signature is None:
+                return self.fallback(wrapper, args, kwargs, "unsupported_leaf", times, None)
+            if _dispatch.trace_sink is not None:
+                times.keyed = now_ns()
+            try:
+                entry = self.entries.entries.get(signature)
+            except Exception:
+                # A static leaf's __eq__ raised: equinox's call reports it its way.
+                return self.fallback(wrapper, args, kwargs, "static_argument_error", times,
+                                     signature)
+            if entry is None:
+                reason = _slow_path_reason()
+                if reason is not None:
+                    return self.fallback(wrapper, args, kwargs, reason, times, signature)
+                entry = self.entries.insert(signature)
+                return self.compile(entry, wrapper, args, kwargs, inputs, times)
+            entry.wait(wrapper)
+            if _dispatch.trace_sink is not None:
+                times.found = now_ns()
+            self._remember(entry, signature)
+
+        self.entries.touch(entry)
+        if entry.executable is None:
+            return self.fallback(wrapper, args, kwargs, entry.slow_reason, times, entry.signature)
+        outputs = entry.executable.run_flat(
+            inputs, &times.launched if _dispatch.trace_sink is not None else NULL)
+        out = (<OutputRecipe>entry.finish).build(outputs)
+        if _dispatch.trace_sink is not None:
+            times.end = now_ns()
+            record_call(wrapper, times, True, 0, None, entry.signature)
+        return out
+
+    cdef object compile(self, CacheEntry entry, object wrapper, tuple args, dict kwargs,
+                        list leaves, CallTimes* times):
+        """The miss path: equinox's own call (it traces, compiles, warns, donates
+        and fails as equinox does), then its executable from its lowering."""
+        cdef long long began = now_ns()
+        times.found = began
+        try:
+            out = self.slow_call(wrapper, *args, **kwargs)
+        except BaseException as error:
+            self.entries.fail(entry, error)
+            if _dispatch.trace_sink is not None:
+                times.launched = times.end = now_ns()
+                record_call(wrapper, times, False, times.end - began, "compile_error",
+                            entry.signature)
+            raise
+        cdef long long compiled_at = now_ns()
+        recipe = None
+        try:
+            # Lowering again comes from jax's caches; anything it warns was
+            # just said (or silenced) by the call itself.
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                compiled = self.lower_call(wrapper, *args, **kwargs).lowered.compile()
+            donates = entry.signature.static_args[1] or entry.signature.static_args[2]
+            built = make_executable(compiled, entry.signature, leaves, donates)
+            if not isinstance(built, str):
+                recipe = _make_recipe(out, len((<Executable>built).out_handlers))
+                if isinstance(recipe, str):
+                    built = recipe
+        except Exception as error:
+            built = f"equinox's executable could not be reused: {error!r}"
+        self.entries.complete(entry, built, (compiled_at - began) / 1e9, recipe)
+        self._remember(entry, entry.signature)
+        if _dispatch.trace_sink is not None:
+            times.launched = compiled_at
+            times.end = now_ns()
+            record_call(wrapper, times, False, compiled_at - began, entry.slow_reason,
+                        entry.signature)
+        return out
+
+    cdef void _remember(self, CacheEntry entry, CallSignature signature):
+        # The guard compares with this call's own signature (its very aval
+        # objects), and it is one object, replaced whole: a thread never pairs
+        # one call's entry with another call's signature.
+        cdef PreviousCall previous = PreviousCall.__new__(PreviousCall)
+        previous.entry = entry
+        previous.signature = signature
+        self.previous = previous
+
+    cdef object fallback(self, object wrapper, tuple args, dict kwargs, str reason,
+                         CallTimes* times, CallSignature signature):
+        """equinox's own call runs it."""
+        try:
+            return self.slow_call(wrapper, *args, **kwargs)
+        finally:
+            if _dispatch.trace_sink is not None:
+                times.flattened = times.keyed = times.found = now_ns()
+                times.launched = times.end = times.found
+                record_call(wrapper, times, False, 0, reason, signature)
+
+
+def call(wrapper, *args, **kwargs):
+    """``FilterJitWrapper.__call__``: equinox's filter_jit call, fast."""
+    cdef CallTimes times
+    times.start = times.flattened = times.keyed = times.found = 0
+    times.launched = times.end = 0
+    if _dispatch.trace_sink is not None:
+        times.start = now_ns()
+    cdef dict fields = PyObject_GenericGetDict(wrapper, NULL)
+    cdef PyObject* dispatcher = PyDict_GetItem(fields, _CACHED)
+    if dispatcher == NULL or type(<object>dispatcher) is not FilterDispatcher:
+        raise TypeError(f"{type(wrapper).__name__} was not made by fastdispatch.filter_jit")
+    return (<FilterDispatcher>dispatcher).dispatch(wrapper, fields, args, kwargs, &times)

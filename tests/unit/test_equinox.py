@@ -1,0 +1,208 @@
+"""fastdispatch.equinox: the private equinox names it relies on, Module flattening
+through FieldLayout, and which calls the fast path serves."""
+
+import dataclasses
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import treecases
+from jax._src import tree_util as jax_tree_util
+
+import fastdispatch
+from fastdispatch import _dispatch, _pytree
+from fastdispatch import equinox as front
+
+
+class Recording:
+    def __init__(self):
+        self.calls = []
+
+    def record(self, fn, times, hit, compile_ns, fallback, signature):
+        assert list(times) == sorted(times)
+        self.calls.append((hit, fallback))
+
+
+@pytest.fixture
+def sink():
+    recording = Recording()
+    _dispatch.set_trace_sink(recording)
+    yield recording
+    _dispatch.set_trace_sink(None)
+
+
+# -- equinox's private names ------------------------------------------------------
+
+
+def test_equinox_names_used():
+    from equinox import _jit
+
+    assert issubclass(front.FilterJitWrapper, _jit._JitWrapper)
+    assert callable(_jit._JitWrapper.__call__) and callable(_jit._JitWrapper.lower)
+    assert front._eqx_filter_jit is _jit.filter_jit
+    assert isinstance(eqx.nn.Linear, front.ModuleMeta)
+    assert repr(front.MISSING) == "Missing"
+    assert front._clear_dispatchers in eqx._caches.cache_clears
+    fields = {f.name for f in dataclasses.fields(_jit._JitWrapper)}
+    assert {"_cached", "_signature", "_dynamic_fun", "_static_fun", "donate_first", "donate_rest"} <= fields
+
+
+def test_layout_of_a_module_matches_its_generated_flatten():
+    class Base(eqx.Module):
+        a: jax.Array
+        sa: str = eqx.field(static=True)
+
+    class Child(Base):
+        b: jax.Array
+        sb: int = eqx.field(static=True)
+        c: object = None
+
+    to_iter = jax_tree_util._registry[Child].to_iter
+    layout = front._module_layout(Child, to_iter)
+    assert layout.children == ("a", "b", "c") and layout.aux_names == ("sa", "sb")
+    assert layout.aux_prefix == (front.MISSING,) and layout.dict_size == 5
+    assert layout.direct_unflatten
+    child = Child(jnp.ones(1), "s", jnp.zeros(2), 7)
+    children, aux = to_iter(child)
+    assert children == (child.a, child.b, None) and aux == (front.MISSING, "s", 7)
+    assert front._module_layout(int, to_iter) is None
+    assert front._module_layout(Child, lambda obj: ((), None)) is None
+
+
+# -- Modules flatten as jax flattens them ------------------------------------------
+
+
+class Linear(eqx.Module):
+    weight: jax.Array
+    bias: jax.Array
+    name: str = eqx.field(static=True)
+    activation: object = jax.nn.relu
+
+
+class WithConverter(eqx.Module):
+    value: jax.Array = eqx.field(converter=jnp.asarray)
+    count: int = eqx.field(static=True, default=3)
+
+
+class WithProperty(eqx.Module):
+    x: jax.Array
+
+    @property
+    def doubled(self):
+        return 2 * self.x
+
+
+def module_cases():
+    linear = Linear(jnp.ones((2, 2)), jnp.zeros(2), "lin")
+    extra = Linear(jnp.ones(1), jnp.ones(1), "extra")
+    object.__setattr__(extra, "cached", 5)  # an entry beyond the fields
+    wrapped = eqx.module_update_wrapper(front.filter_jit(lambda x: x))
+    return [
+        ("linear", linear),
+        ("nested", [linear, {"m": Linear(jnp.ones(3), jnp.ones(3), "b", None)}]),
+        ("converter", WithConverter(1.0)),
+        ("property", WithProperty(jnp.ones(2))),
+        ("mlp", eqx.nn.MLP(2, 2, 3, 2, key=jax.random.key(0))),
+        ("extra entry", extra),
+        ("wrapper module", wrapped),
+        ("bound method", eqx.nn.Linear(2, 2, key=jax.random.key(1)).__call__),
+        ("partial", eqx.Partial(lambda a, b: a + b, jnp.ones(2))),
+    ]
+
+
+@pytest.mark.parametrize("name, tree", module_cases(), ids=[name for name, _ in module_cases()])
+def test_modules_flatten_and_unflatten_as_jax(name, tree):
+    for _ in range(2):  # the first instance of each type is checked; then memos
+        leaves, treedef = _pytree.flatten(tree)
+        treecases.structures_match_jax(tree, leaves, treedef)
+    rebuilt = treedef.unflatten(leaves)
+    theirs = jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(tree), leaves)
+    assert jax.tree_util.tree_structure(rebuilt) == jax.tree_util.tree_structure(theirs)
+    for ours, jax_made in zip(_modules(rebuilt), _modules(theirs)):
+        assert type(ours) is type(jax_made)
+        assert list(vars(ours).items()) == list(vars(jax_made).items())
+
+
+def _modules(tree):
+    return [
+        node
+        for node in jax.tree_util.tree_leaves(tree, is_leaf=lambda x: isinstance(x, eqx.Module))
+        if isinstance(node, eqx.Module)
+    ]
+
+
+def test_unflatten_of_a_module_runs_no_init():
+    calls = []
+
+    class Checked(eqx.Module):
+        x: jax.Array
+
+        def __check_init__(self):
+            calls.append(1)
+
+    module = Checked(jnp.ones(2))
+    leaves, treedef = _pytree.flatten(module)
+    calls.clear()
+    rebuilt = treedef.unflatten([jnp.zeros(2)])
+    assert type(rebuilt) is Checked and calls == []
+    np.testing.assert_array_equal(rebuilt.x, np.zeros(2))
+
+
+# -- which calls the fast path serves ------------------------------------------------
+
+
+def test_hits_stay_on_the_fast_path(sink):
+    model = eqx.nn.MLP(3, 2, 4, 2, key=jax.random.key(0))
+    f = fastdispatch.filter_jit(lambda m, x, scale: m(x) * scale)
+    x = jnp.ones(3)
+    for _ in range(3):
+        f(model, x, 2.0)
+    assert sink.calls == [(False, None), (True, None), (True, None)]
+
+
+def test_calls_equinox_runs_itself(sink):
+    f = fastdispatch.filter_jit(lambda x: x + 1)
+    f(jnp.ones(2))
+    f(np.ones(2, np.float32))
+    jax.grad(lambda v: f(v).sum())(jnp.ones(2))
+    with jax.disable_jit():
+        f(jnp.ones(2))
+    assert [fallback for _, fallback in sink.calls] == [None, "numpy arguments", "tracer", "disable_jit"]
+    g = fastdispatch.filter_jit(lambda x: jax.debug.callback(lambda v: None, x) or x)
+    g(jnp.ones(2))
+    g(jnp.ones(2))
+    assert sink.calls[-1] == (False, "effects")
+
+
+def test_wrappers_of_one_function_share_a_dispatcher():
+    def fun(x):
+        return x * 2
+
+    a, b = fastdispatch.filter_jit(fun), fastdispatch.filter_jit(fun)
+    assert a._cached is b._cached and isinstance(a._cached, fastdispatch._filter.FilterDispatcher)
+    a(jnp.ones(2))
+    assert b._cached._cache_size() == 1
+    eqx.clear_caches()
+    assert b._cached._cache_size() == 0
+    np.testing.assert_array_equal(b(jnp.ones(2)), np.full(2, 2.0))
+
+
+def test_a_wrapper_equinox_made_is_refused_by_the_fast_call():
+    with pytest.raises(TypeError, match="was not made by fastdispatch.filter_jit"):
+        front.FilterJitWrapper.__call__(eqx.filter_jit(lambda x: x), jnp.ones(1))
+
+
+def test_fallback_names_the_user_function_in_the_trace():
+    def loss(x):
+        return (x**2).sum()
+
+    f = fastdispatch.filter_jit(loss)
+    with fastdispatch.trace() as t:
+        f(jnp.ones(2))
+        f(jnp.ones(2))
+    (row,) = t.stats().values()
+    assert row["name"] == "test_fallback_names_the_user_function_in_the_trace.<locals>.loss"
+    assert row["location"].endswith(f"test_equinox.py:{loss.__code__.co_firstlineno}")
+    assert (row["calls"], row["hits"], row["compiles"]) == (2, 1, 1)
