@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import atexit
 import builtins
+import importlib.abc
 import importlib.machinery
+import importlib.util
 import os
 import runpy
 import sys
@@ -123,11 +125,66 @@ def check_script(path):
 
 
 def patch_jax():
+    """Route jax.jit through fastdispatch.jit, and the front ends' libraries'
+    jits through theirs once the program imports them."""
     import jax
 
     import fastdispatch
 
     jax.jit = fastdispatch.jit
+    when_imported("equinox", patch_equinox)
+
+
+def patch_equinox(equinox):
+    from fastdispatch.equinox import filter_jit
+
+    equinox.filter_jit = filter_jit
+
+
+def when_imported(name, patch):
+    """Call ``patch(module)`` once module ``name`` is imported: now if it is,
+    else right after the program imports it (a library is not imported for
+    a program that does not use it)."""
+    if name in sys.modules:
+        patch(sys.modules[name])
+    else:
+        sys.meta_path.insert(0, _PatchOnImport(name, patch))
+
+
+class _PatchOnImport(importlib.abc.MetaPathFinder):
+    """Finds nothing itself: it wraps the loader of one module so that the
+    patch runs as soon as the module has executed, then leaves sys.meta_path."""
+
+    def __init__(self, name, patch):
+        self.name = name
+        self.patch = patch
+
+    def find_spec(self, fullname, path, target=None):
+        if fullname != self.name:
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(fullname)
+        if spec is not None and spec.loader is not None:
+            spec.loader = _PatchingLoader(spec.loader, self.patch)
+        return spec
+
+
+class _PatchingLoader(importlib.abc.Loader):
+    """The module's own loader, with the patch after exec_module."""
+
+    def __init__(self, loader, patch):
+        self.loader = loader
+        self.patch = patch
+
+    def create_module(self, spec):
+        return self.loader.create_module(spec)
+
+    def exec_module(self, module):
+        self.loader.exec_module(module)
+        self.patch(module)
+
+    def __getattr__(self, name):  # get_data, get_resource_reader, ...
+        return getattr(self.loader, name)
 
 
 def start_tracing(options):

@@ -334,3 +334,51 @@ def test_bad_options_exit_2_with_a_message(argv, message, capsys):
         cli.parse(argv)
     assert exit.value.code == 2
     assert capsys.readouterr().err.endswith(f"python -m fastdispatch: error: {message}\n")
+
+
+EQUINOX_PROGRAM = """\
+    import sys
+
+    import equinox as eqx
+    import jax
+    import jax.numpy as jnp
+
+    import fastdispatch
+
+    model = eqx.nn.MLP(4, 1, 8, 2, key=jax.random.key(0))
+
+
+    @eqx.filter_jit
+    def step(model, x, y):
+        def loss(m):
+            return jnp.mean((jax.vmap(m)(x) - y) ** 2)
+
+        value, grads = eqx.filter_value_and_grad(loss)(model)
+        return eqx.apply_updates(model, jax.tree.map(lambda g: -0.1 * g, grads)), value
+
+
+    assert isinstance(step, fastdispatch.equinox.FilterJitWrapper)
+    x, y = jnp.ones((16, 4)), jnp.zeros((16, 1))
+    for _ in range(20):
+        model, value = step(model, x, y)
+    print("loss", float(value))
+    """
+
+
+def test_equinox_filter_jit_is_routed_and_named_after_the_user_function(tmp_path):
+    write(tmp_path / "train_eqx.py", EQUINOX_PROGRAM)
+    result = run_cli(tmp_path, "--trace", "train_eqx.py")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("loss ")
+    row = row_of(result.stderr, "step")
+    assert row.startswith("step (train_eqx.py:12)")  # where the decorated step starts
+    calls, hits, compiles = row.split()[2:5]
+    assert (calls, hits, compiles) == ("20", "19", "1")
+    assert "equinox/_jit.py" not in result.stderr
+
+
+def test_a_program_without_equinox_does_not_import_it(tmp_path):
+    write(tmp_path / "plain.py", "import sys\nimport jax\nprint('equinox' in sys.modules)\n")
+    result = run_cli(tmp_path, "--trace", "plain.py")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "False"
