@@ -10,8 +10,12 @@ from setuptools import Extension, setup
 
 # One extension per concept, in the order of one call (see docs/architecture.md).
 MODULES = [
-    "_pytree", "_signature", "_execute", "_cache", "_dispatch",
-    "_filter",   # the equinox front end's hot path
+    "_pytree",
+    "_signature",
+    "_execute",
+    "_cache",
+    "_dispatch",
+    "_filter",  # the equinox front end's hot path
 ]
 
 COMPILER_DIRECTIVES = {

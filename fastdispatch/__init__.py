@@ -8,7 +8,6 @@ from fastdispatch._dispatch import CompiledFunction, jit, set_post_hook
 from fastdispatch.tracing import assert_max_compiles, stats, trace
 
 
-
 def __getattr__(name):
     # Front ends import their library only when first used.
     if name == "filter_jit":

@@ -21,7 +21,6 @@ errors; a first call then hands its executable to the fast path.
 import sys
 import warnings
 
-cimport cython
 from cpython.dict cimport PyDict_GetItem, PyDict_Next, PyDict_Size
 from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE, PyList_New, PyList_SET_ITEM
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
@@ -29,7 +28,7 @@ from cpython.object cimport PyObject
 from cpython.ref cimport Py_INCREF
 from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE, PyTuple_New, PyTuple_SET_ITEM
 
-from fastdispatch._cache cimport CacheEntry, CompiledFunctionCache, FunctionCache
+from fastdispatch._cache cimport CacheEntry, CompiledFunctionCache
 from fastdispatch._clock cimport now_ns
 from fastdispatch._dispatch cimport CallTimes, CompiledFunction, PreviousCall, record_call
 from fastdispatch._execute cimport Executable, make_executable

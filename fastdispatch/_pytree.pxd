@@ -25,7 +25,7 @@ cdef class FieldLayout:
     cdef readonly tuple children       # __dict__ keys of the children, in order
     cdef readonly tuple aux_prefix     # the aux data's first items: the same for every instance
     cdef readonly tuple aux_names      # __dict__ keys of the aux data's other items, in order
-    cdef readonly Py_ssize_t dict_size # valid only for instances whose __dict__ has this many entries
+    cdef readonly Py_ssize_t dict_size  # valid only for instances whose __dict__ has this many entries
     cdef readonly bint direct_unflatten  # rebuild as object.__new__ and __dict__ writes
     cdef readonly object absent        # a value that means "not set": not written back
 

@@ -1,36 +1,62 @@
-"""The side-by-side dispatch benchmark: ``python -m fastdispatch bench``.
+"""The side-by-side benchmark: ``python -m fastdispatch bench``.
 
-For each workload of ``dispatch.py``: microseconds per call of jax.jit,
-fastdispatch.jit, the raw PjRt limit and equinox.filter_jit (when equinox is
-installed), with the ratios of the design's hot-path budget.  ``runner.py``
-times, ``report.py`` prints and writes.  Options::
+Groups of workloads, each timed on its implementations side by side with the
+raw PjRt limit, and checked against the group's reference first:
 
-    --only NAMES   comma-separated workload names or groups (dispatch, pytree); --list shows them
+    dispatch   jax.jit (reference), fastdispatch.jit, equinox.filter_jit   (dispatch.py)
+    equinox    equinox.filter_jit (reference), fastdispatch.filter_jit      (eqx.py)
+    pytree     fastdispatch._pytree against jax.tree_util                   (pytree.py)
+
+``runner.py`` checks and times, ``report.py`` prints and writes.  Options::
+
+    --only NAMES   comma-separated workload names or groups; --list shows them
     --json FILE    all rows, samples and metadata
-    --plot FILE    a bar chart (needs matplotlib)
-    --quick        fewer, shorter repeats (~10 s instead of ~1 min on an idle 2-core machine)
+    --plot FILE    a bar chart of the dispatch group (needs matplotlib)
+    --quick        fewer, shorter repeats (~20 s instead of ~2 min on an idle 2-core machine)
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import os
 import platform
 import shlex
 import subprocess
 import sys
+from collections.abc import Callable
 
 import jax
 
-from . import report
-from .dispatch import WORKLOADS
-from .runner import EQUINOX, FASTDISPATCH, implementations, run_workload
+from . import dispatch, eqx, report
+from .runner import run_workload
 
 # (repeats, seconds per timed loop): full and --quick.
 FULL = (21, 0.05)
 QUICK = (7, 0.025)
-GROUPS = {"dispatch": [w.name for w in WORKLOADS], "pytree": []}
+
+
+@dataclasses.dataclass(frozen=True)
+class Group:
+    title: str
+    workloads: list
+    implementations: Callable  # () -> [Impl]: the reference first
+    summary: Callable  # results -> summary items
+
+
+GROUPS = {
+    "dispatch": Group(
+        "jax.jit and fastdispatch.jit", dispatch.WORKLOADS, dispatch.implementations, report.dispatch_summary
+    ),
+    "equinox": Group(
+        "equinox.filter_jit and fastdispatch.filter_jit",
+        eqx.WORKLOADS,
+        eqx.implementations,
+        report.equinox_summary,
+    ),
+}
+PYTREE = "pytree"
 
 
 def main(argv: list[str] | None = None, prog: str = "fastdispatch bench") -> int:
@@ -39,73 +65,75 @@ def main(argv: list[str] | None = None, prog: str = "fastdispatch bench") -> int
     parser.add_argument("--only", metavar="NAMES", help="comma-separated workload names or groups")
     parser.add_argument("--json", metavar="FILE", help="write all rows and metadata as JSON")
     parser.add_argument("--plot", metavar="FILE", help="write a bar chart PNG (needs matplotlib)")
-    parser.add_argument("--quick", action="store_true", help="fewer, shorter repeats (~10 s)")
+    parser.add_argument("--quick", action="store_true", help="fewer, shorter repeats")
     parser.add_argument("--list", action="store_true", help="list workloads and groups, then exit")
     options = parser.parse_args(argv)
     if options.list:
-        for w in WORKLOADS:
-            print(f"{w.name:<22} {w.title}")
-        print("groups: " + ", ".join(GROUPS))
+        for name, group in GROUPS.items():
+            for w in group.workloads:
+                print(f"{w.name:<22} {w.title}  [{name}]")
+        print("groups: " + ", ".join([*GROUPS, PYTREE]))
         return 0
     try:
-        workloads, pytree_group = select(options.only)
+        selected, pytree_group = select(options.only)
     except ValueError as e:
         parser.error(str(e))
 
-    _request_cpu_devices(max(w.devices for w in WORKLOADS))
+    _request_cpu_devices(max(w.devices for group in GROUPS.values() for w in group.workloads))
     repeats, target_s = QUICK if options.quick else FULL
-    impls = implementations()
+    impls = {name: GROUPS[name].implementations() for name in selected}
     meta = metadata(f"python -m {prog} {shlex.join(argv)}".rstrip(), impls, repeats, target_s)
     print(report.format_header(meta), flush=True)
 
-    results = []
-    for w in workloads:
-        print(f"  running {w.name} ...", file=sys.stderr, flush=True)
-        results.append(run_workload(w, impls, repeats, target_s))
-    extra = {}
-    if results:
+    all_results, summaries, extra = [], {}, {}
+    for name, workloads in selected.items():
+        results = []
+        for w in workloads:
+            print(f"  running {w.name} ...", file=sys.stderr, flush=True)
+            results.append(run_workload(w, impls[name], repeats, target_s))
+        names = [impl.name for impl in impls[name] if not impl.unavailable]
+        print(f"\n{name}: {GROUPS[name].title}")
+        print(report.format_table(results, names or [impls[name][0].name]))
+        summaries[name] = GROUPS[name].summary(results)
         print()
-        show_equinox = not any(impl.name == EQUINOX and impl.unavailable for impl in impls)
-        print(report.format_table(results, show_equinox))
-        print()
-        print(report.format_summary(report.summary(results)))
+        print(report.format_summary(summaries[name]))
+        all_results += results
     if pytree_group:
         extra["pytree"] = _run_pytree_group(options.quick)
     if options.json:
-        report.write_json(options.json, report.to_json(results, meta, extra))
+        report.write_json(options.json, report.to_json(all_results, meta, summaries, extra))
         print(f"\nJSON written to {options.json}")
     if options.plot:
-        print(report.plot(results, options.plot))
+        dispatch_names = {w.name for w in dispatch.WORKLOADS}
+        print(report.plot([r for r in all_results if r.workload.name in dispatch_names], options.plot))
     return 0
 
 
 def select(only: str | None):
-    """(dispatch workloads, whether the pytree group runs) for --only."""
+    """({group: its selected workloads}, whether the pytree group runs) for --only."""
     if not only:
-        return list(WORKLOADS), True
+        return {name: list(group.workloads) for name, group in GROUPS.items()}, True
     names = [name.strip() for name in only.split(",") if name.strip()]
-    known = {w.name for w in WORKLOADS} | set(GROUPS)
+    known = {w.name for group in GROUPS.values() for w in group.workloads} | set(GROUPS) | {PYTREE}
     unknown = [name for name in names if name not in known]
     if unknown:
         raise ValueError(f"unknown workload or group {', '.join(unknown)}; known: {', '.join(sorted(known))}")
-    wanted = set(names)
-    for group in names:
-        wanted.update(GROUPS.get(group, ()))
-    return [w for w in WORKLOADS if w.name in wanted], "pytree" in wanted
+    selected = {}
+    for group_name, group in GROUPS.items():
+        chosen = [w for w in group.workloads if group_name in names or w.name in names]
+        if chosen:
+            selected[group_name] = chosen
+    return selected, PYTREE in names
 
 
-def metadata(command: str, impls, repeats: int, target_s: float) -> dict:
+def metadata(command: str, impls: dict, repeats: int, target_s: float) -> dict:
     import jaxlib
     import numpy
 
-    status = {impl.name: impl.unavailable or "available" for impl in impls}
-    commit = _git_commit() if status[FASTDISPATCH] == "available" else ""
-    if commit:
-        status[FASTDISPATCH] = f"available (git {commit})"
-    if status[EQUINOX] == "available":
-        import equinox
-
-        status[EQUINOX] = equinox.__version__
+    status = {
+        group: {impl.name: impl.unavailable or "available" for impl in group_impls}
+        for group, group_impls in impls.items()
+    }
     return {
         "command": command,
         "date_utc": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
@@ -113,15 +141,29 @@ def metadata(command: str, impls, repeats: int, target_s: float) -> dict:
         "jax": jax.__version__,
         "jaxlib": jaxlib.__version__,
         "numpy": numpy.__version__,
+        "versions": _library_versions(),
         "cpu": cpu_model(),
         "cores": os.cpu_count(),
         "devices": jax.device_count(),
         "backend": jax.default_backend(),
-        "fastdispatch": status[FASTDISPATCH],
-        "equinox": status[EQUINOX],
+        "fastdispatch_commit": _git_commit(),
+        "implementations": status,
         "repeats": repeats,
         "seconds_per_loop": target_s,
     }
+
+
+def _library_versions() -> dict:
+    """Versions of the front ends' libraries that are installed."""
+    from importlib import metadata as importlib_metadata
+
+    versions = {}
+    for name in ("equinox", "flax", "optax"):
+        try:
+            versions[name] = importlib_metadata.version(name)
+        except importlib_metadata.PackageNotFoundError:
+            pass
+    return versions
 
 
 def cpu_model() -> str:

@@ -1,10 +1,7 @@
-"""The dispatch workloads: the calls whose per-call overhead the benchmark times.
+"""The dispatch group: jax.jit against fastdispatch.jit (and equinox.filter_jit
+on plain functions), on calls whose per-call overhead the benchmark times.
 
-Each workload is a function, its jit options, a factory of fresh arguments and a
-loop that calls a jitted version of it ``n`` times.  Loops only dispatch (the
-runner blocks once on the last output) unless the workload is a blocking one;
-feedback loops pass outputs back in as the next call's inputs, as a training
-loop does.  Array sizes are tiny on purpose: the point is dispatch, not compute.
+Array sizes are tiny on purpose: the point is dispatch, not compute.
 """
 
 from __future__ import annotations
@@ -12,48 +9,34 @@ from __future__ import annotations
 import dataclasses
 import functools
 import operator
-from collections.abc import Callable
-from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-# A loop takes (fn, args, kwargs, n), calls fn n times and returns
-# (args for the next loop, last output).
-Loop = Callable[[Callable, tuple, dict, int], "tuple[tuple, Any]"]
+from .runner import FASTDISPATCH, Impl
+from .workload import Workload, block_every_call
+
+JAX, EQUINOX = "jax.jit", "equinox"
 
 
-def same_args(fn, args, kwargs, n):
-    """Dispatch only: the same arguments every call."""
-    for _ in range(n):
-        out = fn(*args, **kwargs)
-    return args, out
-
-
-def block_every_call(fn, args, kwargs, n):
-    """Wait for each call's result before the next call."""
-    for _ in range(n):
-        out = fn(*args, **kwargs).block_until_ready()
-    return args, out
-
-
-@dataclasses.dataclass(frozen=True)
-class Workload:
-    name: str  # id for --only
-    title: str  # row label
-    fun: Callable
-    make_args: Callable[[], tuple[tuple, dict]]  # fresh (args, kwargs) each call
-    loop: Loop = same_args
-    jit_options: dict = dataclasses.field(default_factory=dict)
-    devices: int = 1  # CPU devices the workload needs
-    equinox: str = ""  # why equinox.filter_jit can't run it the same way; "" = it can
-    traced: bool = False  # run fastdispatch under `with fastdispatch.trace():`
-    note: str = ""  # printed under the table
-
-    @property
-    def blocking(self) -> bool:
-        return self.loop is block_every_call
+def implementations() -> list[Impl]:
+    """jax.jit (the reference), fastdispatch.jit, and equinox.filter_jit where
+    equinox is installed (a plain function's filter_jit)."""
+    impls = [Impl(JAX, lambda w: jax.jit(w.fun, **w.jit_options))]
+    try:
+        from fastdispatch import jit as fd_jit
+    except Exception as e:  # the dispatcher may not be built yet
+        impls.append(Impl(FASTDISPATCH, None, f"unavailable ({type(e).__name__}: {e})"))
+    else:
+        impls.append(Impl(FASTDISPATCH, lambda w: fd_jit(w.fun, **w.jit_options)))
+    try:
+        import equinox
+    except ImportError:
+        impls.append(Impl(EQUINOX, None, "not installed"))
+    else:
+        impls.append(Impl(EQUINOX, lambda w: equinox.filter_jit(w.fun)))
+    return impls
 
 
 def _vec(value, n=4):
@@ -232,7 +215,7 @@ WORKLOADS = [
         _sgd_args,
         loop=sgd_fed_back,
         jit_options={"donate_argnums": 0},
-        equinox="filter_jit can't donate only the first argument",
+        skip={EQUINOX: "filter_jit can't donate only the first argument"},
         note="raw limit of the non-donated twin: donated buffers can't be reused",
     ),
     Workload(
@@ -241,7 +224,7 @@ WORKLOADS = [
         adam_step,
         _adam_args,
         loop=adam_fed_back,
-        equinox="filter_jit makes step: int static: a compile every call",
+        skip={EQUINOX: "filter_jit makes step: int static: a compile every call"},
         note="adam_step(params, opt_state, batch, step: int, lr: float); "
         "raw limit runs the first call's inputs every time",
     ),
@@ -274,6 +257,7 @@ WORKLOADS = [
         add,
         _two_arrays,
         traced=True,
+        skip={EQUINOX: "not traced"},
         note="fastdispatch runs under `with fastdispatch.trace():`; not in the summary",
     ),
 ]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import math
 
-from .runner import EQUINOX, FASTDISPATCH, FED_BACK_CALLS, JAX, RAW, Result
+from .runner import FASTDISPATCH, FED_BACK_CALLS, RAW, Result
 
 # The hot-path budget (docs/architecture.md, "Speed budget").
 GEOMEAN_TARGET = 0.8  # geometric mean of fastdispatch/jax.jit
@@ -23,7 +23,8 @@ def format_header(meta: dict) -> str:
         f"fastdispatch bench | jax {meta['jax']}, jaxlib {meta['jaxlib']}, Python {meta['python']} | "
         f"{meta['cpu']} ({meta['cores']} cores), {meta['devices']} CPU devices",
         f"command: {meta['command']}",
-        f"fastdispatch.jit: {meta['fastdispatch']} | equinox.filter_jit: {meta['equinox']}",
+        f"fastdispatch git {meta['fastdispatch_commit'] or '?'}"
+        + "".join(f", {name} {version}" for name, version in meta["versions"].items()),
         f"us per call, median of {meta['repeats']} interleaved repeats; "
         "ratios are medians of paired repeats; "
         "loops dispatch only and block once at the end, unless marked 'block every call'",
@@ -31,9 +32,14 @@ def format_header(meta: dict) -> str:
     return "\n".join(lines)
 
 
-def format_table(results: list[Result], show_equinox: bool) -> str:
-    impls = [JAX, FASTDISPATCH] + ([EQUINOX] if show_equinox else []) + [RAW]
-    head = ["workload", "calls/loop", *impls, "fd/jax", "overhead"] + (["eqx/jax"] if show_equinox else [])
+def format_table(results: list[Result], impls: list[str]) -> str:
+    """One row per workload: us per call of each implementation (the first is
+    the reference) and of the raw limit, each one's ratio to the reference,
+    and fastdispatch's overhead ratio."""
+    reference, others = impls[0], impls[1:]
+    columns = [*impls, RAW]
+    head = ["workload", "calls/loop", *columns]
+    head += [f"{_short(name)}/{_short(reference)}" for name in others] + ["overhead"]
     rows = []
     notes = []
     for res in results:
@@ -43,10 +49,8 @@ def format_table(results: list[Result], show_equinox: bool) -> str:
             notes.append(f"{w.name}: {res.error}")
             continue
         cells = [w.title, str(res.calls)]
-        cells += [_num(res.median(name)) for name in impls]
-        cells += [_num(res.ratio()), _num(res.overhead_ratio())]
-        if show_equinox:
-            cells.append(_num(res.ratio(EQUINOX)))
+        cells += [_num(res.median(name)) for name in columns]
+        cells += [_num(res.ratio(name)) for name in others] + [_num(res.overhead_ratio())]
         rows.append(cells)
         if w.note:
             notes.append(f"{w.name}: {w.note}")
@@ -56,23 +60,27 @@ def format_table(results: list[Result], show_equinox: bool) -> str:
             )
             notes.append(f"{w.name}: fastdispatch left its fast path: {reasons}")
         for name, why in res.skipped.items():
-            if name in impls:
-                notes.append(f"{w.name}: {name} not timed: {why}")
+            notes.append(f"{w.name}: {name} not timed: {why}")
     widths = [max(len(row[i]) for row in [head] + rows) for i in range(len(head))]
     lines = ["  ".join(_pad(c, widths[i], i) for i, c in enumerate(row)) for row in [head] + rows]
     lines.insert(1, "  ".join("-" * width for width in widths))
     lines.append(
-        "overhead = (fastdispatch - raw) / (jax.jit - raw); raw = the bare PjRt call on prepared leaves,"
+        f"overhead = (fastdispatch - raw) / ({reference} - raw); raw = the bare PjRt call on prepared"
     )
     lines.append(
-        "  through fastdispatch.bench.raw.raw_runner's closure (one Python frame, ~0.1 us here, is in it)"
+        "  leaves, through fastdispatch.bench.raw.raw_runner's closure (one Python frame, ~0.1 us here)"
     )
     lines += [f"  {note}" for note in notes]
     return "\n".join(lines)
 
 
-def summary(results: list[Result]) -> list[dict]:
-    """The budget's numbers: each {name, value, target, ok}; value None when not measured."""
+def _short(name: str) -> str:
+    return {FASTDISPATCH: "fd"}.get(name, name)
+
+
+def dispatch_summary(results: list[Result]) -> list[dict]:
+    """The hot-path budget's numbers: each {name, value, target, ok}; value None
+    when not measured."""
     by_name = {res.workload.name: res for res in results if not res.error}
     ratios = {n: r.ratio() for n, r in by_name.items() if not r.workload.traced and r.ratio() is not None}
     items = []
@@ -106,6 +114,26 @@ def summary(results: list[Result]) -> list[dict]:
     return items
 
 
+# The equinox front end's goals (issue 9): fd/eqx on the tiny forward pass,
+# overhead above raw against equinox's on every row, fd/eqx on the training step.
+EQX_FORWARD_TARGET, EQX_OVERHEAD_TARGET, EQX_STEP_TARGET = 0.2, 0.15, 0.6
+
+
+def equinox_summary(results: list[Result]) -> list[dict]:
+    """The equinox group's goals, as dispatch_summary gives the budget's."""
+    by_name = {res.workload.name: res for res in results if not res.error}
+    items = []
+    if "eqx_forward" in by_name:
+        items.append(_item("fd/eqx, tiny MLP forward", by_name["eqx_forward"].ratio(), EQX_FORWARD_TARGET))
+    if "eqx_train_step" in by_name:
+        items.append(_item("fd/eqx, MLP training step", by_name["eqx_train_step"].ratio(), EQX_STEP_TARGET))
+    for res in by_name.values():
+        items.append(
+            _item(f"overhead ratio, {res.workload.title}", res.overhead_ratio(), EQX_OVERHEAD_TARGET)
+        )
+    return items
+
+
 def format_summary(items: list[dict]) -> str:
     width = max(len(item["name"]) for item in items)
     lines = []
@@ -116,7 +144,8 @@ def format_summary(items: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def to_json(results: list[Result], meta: dict, extra: dict | None = None) -> dict:
+def to_json(results: list[Result], meta: dict, summaries: dict, extra: dict | None = None) -> dict:
+    """All rows, the metadata and each group's summary items, as one JSON object."""
     rows = []
     for res in results:
         w = res.workload
@@ -124,6 +153,7 @@ def to_json(results: list[Result], meta: dict, extra: dict | None = None) -> dic
             {
                 "name": w.name,
                 "title": w.title,
+                "reference": res.reference,
                 "note": w.note,
                 "error": res.error,
                 "calls_per_loop": res.calls,
@@ -131,13 +161,13 @@ def to_json(results: list[Result], meta: dict, extra: dict | None = None) -> dic
                 "samples_us": res.samples,
                 "skipped": res.skipped,
                 "fastdispatch_fallbacks": res.fallbacks,
-                "fastdispatch_over_jax": res.ratio(),
+                "ratios_to_reference": {name: res.ratio(name) for name in res.samples},
+                "fastdispatch_over_reference": res.ratio(),
                 "overhead_ratio": res.overhead_ratio(),
                 "fastdispatch_above_raw_us": res.above_raw(),
-                "equinox_over_jax": res.ratio(EQUINOX),
             }
         )
-    return {"metadata": meta, "rows": rows, "summary": summary(results), **(extra or {})}
+    return {"metadata": meta, "rows": rows, "summary": summaries, **(extra or {})}
 
 
 def write_json(path: str, data: dict) -> None:
@@ -158,7 +188,7 @@ def plot(results: list[Result], path: str) -> str:
     matplotlib.use("Agg")  # no display needed
     import matplotlib.pyplot as plt
 
-    impls = [name for name in (JAX, FASTDISPATCH, EQUINOX, RAW) if any(name in r.samples for r in results)]
+    impls = list(dict.fromkeys(name for r in results for name in r.samples))
     fig, (left, right) = plt.subplots(
         1, 2, figsize=(13, 0.45 * len(results) + 1.5), sharey=True, gridspec_kw={"width_ratios": [3, 1]}
     )
@@ -181,7 +211,7 @@ def plot(results: list[Result], path: str) -> str:
     )
     right.axvline(MAX_TARGET, color="k", lw=0.8)
     right.axvline(GEOMEAN_TARGET, color="k", lw=0.8, ls="--")
-    right.set_xlabel("fastdispatch / jax.jit")
+    right.set_xlabel(f"fastdispatch / {results[0].reference}")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

@@ -1,10 +1,12 @@
-"""Runs one workload: checks every implementation against jax.jit, then times them.
+"""Runs one workload: checks every implementation against the group's reference
+(jax.jit for the dispatch rows, equinox.filter_jit, flax.nnx.jit), then times them.
 
 Fairness rules, all here:
 - every implementation is called with the same argument shapes, so each times
   one compiled executable;
-- each output is checked against jax.jit's (tree, shape, dtype, weak_type,
-  sharding, values) before any timing; an implementation that differs is not timed;
+- each output is checked against the reference's (tree, shape, dtype, weak_type,
+  sharding, values; other leaves by equality) before any timing; an
+  implementation that differs is not timed;
 - warm-up calls run before timing; gc is off inside timed loops; time.perf_counter_ns;
 - implementations are interleaved within each repeat (the starting one rotates),
   so that machine noise hits them alike, and ratios are medians over the paired
@@ -24,40 +26,24 @@ from collections.abc import Callable
 import jax
 import numpy as np
 
-from .dispatch import Workload
 from .raw import raw_runner
+from .workload import Workload
 
-JAX, FASTDISPATCH, EQUINOX, RAW = "jax.jit", "fastdispatch", "equinox", "raw"
+# Every group names its own implementation "fastdispatch", and the raw limit "raw".
+FASTDISPATCH, RAW = "fastdispatch", "raw"
 
 
 @dataclasses.dataclass(frozen=True)
 class Impl:
     name: str
-    wrap: Callable[[Workload], Callable] | None  # workload -> jitted callable
+    wrap: Callable[[Workload], Callable] | None  # workload -> the callable to time
     unavailable: str = ""  # why it can't run at all in this process
-
-
-def implementations() -> list[Impl]:
-    """What is compared with jax.jit: fastdispatch.jit and equinox.filter_jit, as far as they import."""
-    impls = []
-    try:
-        from fastdispatch import jit as fd_jit
-    except Exception as e:  # the dispatcher may not be built yet
-        impls.append(Impl(FASTDISPATCH, None, f"unavailable ({type(e).__name__}: {e})"))
-    else:
-        impls.append(Impl(FASTDISPATCH, lambda w: fd_jit(w.fun, **w.jit_options)))
-    try:
-        import equinox
-    except ImportError:
-        impls.append(Impl(EQUINOX, None, "not installed"))
-    else:
-        impls.append(Impl(EQUINOX, lambda w: equinox.filter_jit(w.fun)))
-    return impls
 
 
 @dataclasses.dataclass
 class Result:
     workload: Workload
+    reference: str = ""  # the implementation the ratios divide by
     calls: int = 0  # calls per timed loop
     samples: dict = dataclasses.field(default_factory=dict)  # impl -> [us per call, one per repeat]
     skipped: dict = dataclasses.field(default_factory=dict)  # impl -> why it has no timing
@@ -76,12 +62,12 @@ class Result:
         return statistics.median(f(*values) for values in zip(*(self.samples[n] for n in names)))
 
     def ratio(self, name: str = FASTDISPATCH) -> float | None:
-        """time(name) / time(jax.jit)."""
-        return self.paired(lambda t, j: t / j, name, JAX)
+        """time(name) / time(reference)."""
+        return self.paired(lambda t, j: t / j, name, self.reference)
 
     def overhead_ratio(self) -> float | None:
-        """(fastdispatch - raw) / (jax.jit - raw): the share of jax.jit's overhead left."""
-        return self.paired(lambda t, j, r: (t - r) / (j - r), FASTDISPATCH, JAX, RAW)
+        """(fastdispatch - raw) / (reference - raw): the share of the reference's overhead left."""
+        return self.paired(lambda t, j, r: (t - r) / (j - r), FASTDISPATCH, self.reference, RAW)
 
     def above_raw(self) -> float | None:
         """fastdispatch - raw, in us per call."""
@@ -89,33 +75,38 @@ class Result:
 
 
 def run_workload(w: Workload, impls: list[Impl], repeats: int, target_s: float) -> Result:
-    """Checks, then times jax.jit, each available implementation and the raw limit on w."""
-    result = Result(w)
+    """Checks, then times each available implementation and the raw limit on w;
+    ``impls[0]`` is the reference the others are checked against."""
+    reference = impls[0]
+    result = Result(w, reference.name)
     if jax.device_count() < w.devices:
         result.error = (
             f"needs {w.devices} CPU devices, this process has {jax.device_count()} "
             "(run the benchmark in a fresh process: jax's backends had already started)"
         )
         return result
-    reference_fn = jax.jit(w.fun, **w.jit_options)
+    if reference.unavailable:
+        result.error = f"{reference.name} {reference.unavailable}"
+        return result
     try:
+        reference_fn = reference.wrap(w)
         expected = _outputs(w, reference_fn)
     except Exception as e:
-        result.error = f"jax.jit {_raised(e)}"
+        result.error = f"{reference.name} {_raised(e)}"
         return result
 
-    loops = {JAX: _bind(w, reference_fn)}
-    for impl in impls:
+    loops = {reference.name: _bind(w, reference_fn)}
+    for impl in impls[1:]:
         if impl.unavailable:
             continue  # said once, in the report's header
         context = _trace_context() if w.traced and impl.name == FASTDISPATCH else None
-        why = _why_not(w, impl)
+        why = w.skip.get(impl.name, "")
         if not why:
             try:
                 fn = impl.wrap(w)
                 first, fed_back = _outputs(w, fn, context)
-                why = _difference(expected[0], first) or _difference(
-                    expected[1], fed_back, label=f"output after {FED_BACK_CALLS} calls"
+                why = _difference(expected[0], first, reference.name) or _difference(
+                    expected[1], fed_back, reference.name, label=f"output after {FED_BACK_CALLS} calls"
                 )
             except Exception as e:
                 why = _raised(e)
@@ -126,8 +117,9 @@ def run_workload(w: Workload, impls: list[Impl], repeats: int, target_s: float) 
             if impl.name == FASTDISPATCH and not w.traced:
                 result.fallbacks = _fallbacks(w, fn)
     try:
-        run = _raw_runner(w)
-        why = _difference(expected[0], run(), flat=True)
+        run = (w.raw or jit_raw_runner)(w)
+        raw_outputs = run()[w.raw_skip :]
+        why = _difference(_array_leaves(expected[0]), raw_outputs, reference.name, flat=True)
     except Exception as e:
         why = _raised(e)
     if why:
@@ -135,7 +127,7 @@ def run_workload(w: Workload, impls: list[Impl], repeats: int, target_s: float) 
     else:
         loops[RAW] = _raw_loop(run, w.blocking)
 
-    result.calls = n = _calls_per_loop(loops[JAX], target_s)
+    result.calls = n = _calls_per_loop(loops[reference.name], target_s)
     for name, loop in list(loops.items()):
         try:
             loop(max(1, n // 5))  # warm-up
@@ -181,14 +173,6 @@ def _fallbacks(w: Workload, fn: Callable) -> dict:
     return dict(counts)
 
 
-def _why_not(w: Workload, impl: Impl) -> str:
-    if impl.name == EQUINOX and (w.equinox or w.traced):
-        return w.equinox or "not traced"
-    if w.traced and impl.name == FASTDISPATCH and _trace_context() is None:
-        return "fastdispatch.trace unavailable"
-    return ""
-
-
 def _raised(e: Exception) -> str:
     return f"raised {type(e).__name__}: {e}"
 
@@ -215,8 +199,8 @@ def _bind(w: Workload, fn: Callable, context: Callable | None = None) -> Callabl
     return loop
 
 
-def _raw_runner(w: Workload) -> Callable[[], list]:
-    """raw_runner for w; donation dropped (the non-donated twin)."""
+def jit_raw_runner(w: Workload) -> Callable[[], list]:
+    """raw_runner for w's jax.jit executable; donation dropped (the non-donated twin)."""
     options = {k: v for k, v in w.jit_options.items() if not k.startswith("donate_")}
     args, kwargs = w.make_args()
     compiled = jax.jit(w.fun, **options).lower(*args, **kwargs).compile()
@@ -273,30 +257,39 @@ def _calls_per_loop(loop: Callable[[int], object], target_s: float) -> int:
         n *= 4
 
 
-def _difference(expected, got, flat: bool = False, label: str = "output") -> str:
-    """How got differs from jax.jit's expected output; "" when it doesn't.
-    flat: got is a flat list of leaves (the raw runner's result)."""
-    paths_leaves, tree = jax.tree_util.tree_flatten_with_path(expected)
+def _array_leaves(tree) -> list:
+    return [leaf for leaf in jax.tree_util.tree_leaves(tree) if isinstance(leaf, jax.Array)]
+
+
+def _difference(expected, got, reference: str, flat: bool = False, label: str = "output") -> str:
+    """How got differs from the reference's expected output; "" when it doesn't.
+    flat: got is a flat list of arrays (the raw runner's result), expected too."""
     if flat:
+        paths_leaves = [((), leaf) for leaf in expected]
         got_leaves = list(got)
         if len(got_leaves) != len(paths_leaves):
-            return f"{len(got_leaves)} {label} leaves, jax.jit gives {len(paths_leaves)}"
+            return f"{len(got_leaves)} {label} arrays, {reference} gives {len(paths_leaves)}"
     else:
+        paths_leaves, tree = jax.tree_util.tree_flatten_with_path(expected)
         got_leaves, got_tree = jax.tree_util.tree_flatten(got)
         if got_tree != tree:
-            return f"{label} tree {got_tree}, jax.jit gives {tree}"
+            return f"{label} tree {got_tree}, {reference} gives {tree}"
     for (path, e), g in zip(paths_leaves, got_leaves):
         where = f"{label}{jax.tree_util.keystr(path)}"
+        if not isinstance(e, jax.Array):
+            if type(g) is not type(e) or not (g is e or g == e):
+                return f"{where} is {g!r}, {reference} gives {e!r}"
+            continue
         if not isinstance(g, jax.Array):
-            return f"{where} is a {type(g).__name__}, jax.jit gives a jax.Array"
+            return f"{where} is a {type(g).__name__}, {reference} gives a jax.Array"
         e_aval, g_aval = jax.typeof(e), jax.typeof(g)
         for attr in ("shape", "dtype", "weak_type"):
             if getattr(e_aval, attr) != getattr(g_aval, attr):
-                return f"{where} {attr} {getattr(g_aval, attr)}, jax.jit gives {getattr(e_aval, attr)}"
+                return f"{where} {attr} {getattr(g_aval, attr)}, {reference} gives {getattr(e_aval, attr)}"
         if g.sharding != e.sharding:
-            return f"{where} sharding {g.sharding}, jax.jit gives {e.sharding}"
+            return f"{where} sharding {g.sharding}, {reference} gives {e.sharding}"
         if not np.array_equal(_values(g), _values(e), equal_nan=True):
-            return f"{where} values differ from jax.jit's"
+            return f"{where} values differ from {reference}'s"
     return ""
 
 

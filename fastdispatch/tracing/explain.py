@@ -64,7 +64,7 @@ def argument_of(path: tuple, arg_names: tuple) -> tuple[str, tuple]:
         return name, path[2:]
     if len(path) >= 2 and path[0] == _KEYWORD and isinstance(path[1], DictKey):
         return str(path[1].key), path[2:]
-    if path and isinstance(path[0], str):   # a front end's own root, e.g. "fun"
+    if path and isinstance(path[0], str):  # a front end's own root, e.g. "fun"
         return path[0], path[1:]
     return keystr(path), ()
 

@@ -7,71 +7,86 @@ import jax.numpy as jnp
 import pytest
 
 from fastdispatch import bench
-from fastdispatch.bench import report
-from fastdispatch.bench.dispatch import WORKLOADS
-from fastdispatch.bench.runner import FASTDISPATCH, JAX, RAW, Impl, implementations, run_workload
+from fastdispatch.bench import dispatch, eqx, report
+from fastdispatch.bench.runner import FASTDISPATCH, RAW, Impl, run_workload
 
-WORKLOAD = {w.name: w for w in WORKLOADS}
+WORKLOAD = {w.name: w for group in bench.GROUPS.values() for w in group.workloads}
 
 
-def tiny_run(name, impls=None):
-    return run_workload(WORKLOAD[name], impls or implementations(), repeats=2, target_s=0.001)
+def tiny_run(name, impls):
+    return run_workload(WORKLOAD[name], impls, repeats=2, target_s=0.001)
 
 
 def test_two_arrays_runs_against_jax_and_the_raw_limit():
-    result = tiny_run("two_arrays")
-    assert not result.error
+    result = tiny_run("two_arrays", dispatch.implementations())
+    assert not result.error and result.reference == dispatch.JAX
     assert result.calls >= 1
-    for name in (JAX, RAW):
+    for name in (dispatch.JAX, RAW):
         assert len(result.samples[name]) == 2
         assert all(us > 0 for us in result.samples[name])
     # fastdispatch imports here, so it is timed: its outputs matched jax.jit's.
-    assert [i.unavailable for i in implementations() if i.name == FASTDISPATCH] == [""]
     assert len(result.samples[FASTDISPATCH]) == 2, result.skipped
     assert result.ratio() > 0
 
 
 def test_donated_workload_with_outputs_fed_back():
-    result = tiny_run("sgd_donated")
+    result = tiny_run("sgd_donated", dispatch.implementations())
     assert not result.error
-    assert len(result.samples[JAX]) == 2 and len(result.samples[RAW]) == 2
+    assert len(result.samples[dispatch.JAX]) == 2 and len(result.samples[RAW]) == 2
+    assert "donate only the first argument" in result.skipped[dispatch.EQUINOX]
 
 
-def test_an_implementation_that_differs_from_jax_is_not_timed():
+def test_equinox_rows_run_against_equinox_and_its_executable():
+    for name in ("eqx_forward", "eqx_static_fields"):
+        result = tiny_run(name, eqx.implementations())
+        assert not result.error and result.reference == eqx.EQX
+        assert len(result.samples[FASTDISPATCH]) == 2, result.skipped
+        assert len(result.samples[RAW]) == 2, result.skipped
+        assert not result.fallbacks
+
+
+def test_an_implementation_that_differs_from_the_reference_is_not_timed():
     def to_bfloat16(w):
         return jax.jit(lambda x, y: (x + y).astype(jnp.bfloat16))
 
-    result = tiny_run("two_arrays", [Impl(FASTDISPATCH, to_bfloat16)])
+    result = tiny_run("two_arrays", [dispatch.implementations()[0], Impl(FASTDISPATCH, to_bfloat16)])
     assert FASTDISPATCH not in result.samples
     assert "dtype bfloat16" in result.skipped[FASTDISPATCH]
 
 
 def test_report_table_summary_and_json():
-    results = [tiny_run("two_arrays")]
-    table = report.format_table(results, show_equinox=False)
-    assert "two arrays" in table and "raw" in table
-    assert "two-array overhead" in report.format_summary(report.summary(results))
-    json.dumps(report.to_json(results, {"command": "test"}))
+    impls = dispatch.implementations()
+    results = [tiny_run("two_arrays", impls)]
+    table = report.format_table(results, [impl.name for impl in impls])
+    assert "two arrays" in table and "raw" in table and "fd/jax.jit" in table
+    items = report.dispatch_summary(results)
+    assert "two-array overhead" in report.format_summary(items)
+    json.dumps(report.to_json(results, {"command": "test"}, {"dispatch": items}))
 
 
 def test_main_quick_with_json(tmp_path, capsys):
     # Backends started first: main can't (and mustn't) change this session's devices.
     devices = jax.device_count()
     out = tmp_path / "bench.json"
-    assert bench.main(["--only", "identity", "--quick", "--json", str(out)]) == 0
+    assert bench.main(["--only", "identity,eqx_forward", "--quick", "--json", str(out)]) == 0
     assert jax.device_count() == devices
     printed = capsys.readouterr().out
-    assert "command: python -m fastdispatch bench --only identity --quick" in printed
+    assert "command: python -m fastdispatch bench --only identity,eqx_forward --quick" in printed
     assert "jax " + jax.__version__ in printed
+    assert "dispatch: jax.jit and fastdispatch.jit" in printed and "fd/eqx.filter_jit" in printed
     data = json.loads(out.read_text())
-    assert [row["name"] for row in data["rows"]] == ["identity"]
+    assert [row["name"] for row in data["rows"]] == ["identity", "eqx_forward"]
+    assert set(data["summary"]) == {"dispatch", "equinox"}
     assert data["metadata"]["jax"] == jax.__version__
 
 
 def test_only_selects_workloads_and_groups():
-    assert bench.select("pytree") == ([], True)
-    workloads, pytree_group = bench.select("identity,dispatch")
-    assert [w.name for w in workloads] == [w.name for w in WORKLOADS] and not pytree_group
+    assert bench.select("pytree") == ({}, True)
+    selected, pytree_group = bench.select("identity,dispatch")
+    assert list(selected) == ["dispatch"] and not pytree_group
+    assert [w.name for w in selected["dispatch"]] == [w.name for w in dispatch.WORKLOADS]
+    selected, _ = bench.select("eqx_deep")
+    assert {name: [w.name for w in ws] for name, ws in selected.items()} == {"equinox": ["eqx_deep"]}
 
 
 def test_unknown_workload_is_refused():

@@ -1,0 +1,53 @@
+"""What the benchmark times: a workload is a function, its options, a factory of
+fresh arguments and a loop that calls an implementation's version of it ``n``
+times.  Loops only dispatch (the runner blocks once on the last output) unless
+the workload is a blocking one; feedback loops pass outputs back in as the next
+call's inputs, as a training loop does.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+# A loop takes (fn, args, kwargs, n), calls fn n times and returns
+# (args for the next loop, last output).
+Loop = Callable[[Callable, tuple, dict, int], "tuple[tuple, Any]"]
+
+
+def same_args(fn, args, kwargs, n):
+    """Dispatch only: the same arguments every call."""
+    for _ in range(n):
+        out = fn(*args, **kwargs)
+    return args, out
+
+
+def block_every_call(fn, args, kwargs, n):
+    """Wait for each call's result before the next call."""
+    for _ in range(n):
+        out = fn(*args, **kwargs).block_until_ready()
+    return args, out
+
+
+@dataclasses.dataclass(frozen=True)
+class Workload:
+    name: str  # id for --only
+    title: str  # row label
+    fun: Callable
+    make_args: Callable[[], tuple[tuple, dict]]  # fresh (args, kwargs) each call
+    loop: Loop = same_args
+    jit_options: dict = dataclasses.field(default_factory=dict)
+    devices: int = 1  # CPU devices the workload needs
+    skip: dict = dataclasses.field(default_factory=dict)  # implementation -> why it can't run this
+    traced: bool = False  # run fastdispatch under `with fastdispatch.trace():`
+    note: str = ""  # printed under the table
+    # The raw limit: workload -> a zero-argument callable running the bare PjRt
+    # call (default: jax.jit's executable of fun); the first raw_skip outputs
+    # are not the function's (equinox's marker).
+    raw: Callable[[Workload], Callable[[], list]] | None = None
+    raw_skip: int = 0
+
+    @property
+    def blocking(self) -> bool:
+        return self.loop is block_every_call
