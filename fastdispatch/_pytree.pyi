@@ -1,5 +1,6 @@
 """Type stubs for the compiled module fastdispatch._pytree."""
 
+from collections.abc import Callable
 from typing import Any
 
 class TreeDef:
@@ -13,6 +14,25 @@ class TreeDef:
     def __eq__(self, other: object) -> bool: ...
     def __hash__(self) -> int: ...
 
+class FieldLayout:
+    children: tuple[str, ...]
+    aux_prefix: tuple[Any, ...]
+    aux_names: tuple[str, ...]
+    dict_size: int
+    direct_unflatten: bool
+    absent: Any
+    def __init__(
+        self,
+        children: Any,
+        aux_prefix: Any,
+        aux_names: Any,
+        dict_size: int,
+        *,
+        direct_unflatten: bool = False,
+        absent: Any = ...,
+    ) -> None: ...
+
+def add_field_reader(reader: Callable[[type, Any], FieldLayout | None]) -> None: ...
 def flatten(tree: Any) -> tuple[list[Any], TreeDef]: ...
 def unflatten(treedef: TreeDef, leaves: Any) -> Any: ...
 def first_difference(a: TreeDef, b: TreeDef) -> tuple[tuple[Any, ...], str] | None: ...
