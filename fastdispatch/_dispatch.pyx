@@ -89,6 +89,14 @@ def set_post_hook(hook, *, thread_local=False):
     _thread_post_hooks += (hook is not None) - had_hook
 
 
+def get_post_hook(*, thread_local=False):
+    """The hook ``set_post_hook`` set: the global one, or with
+    ``thread_local=True`` the calling thread's own (None where it has none)."""
+    if thread_local:
+        return getattr(_thread_local, "post_hook", None)
+    return _global_post_hook
+
+
 cdef inline object _current_post_hook():
     if _thread_post_hooks:
         hook = getattr(_thread_local, "post_hook", None)
