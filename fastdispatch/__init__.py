@@ -5,6 +5,15 @@ from fastdispatch import jit     # instead of: from jax import jit
 
 from fastdispatch._cache import CompiledFunctionCache, default_cache
 from fastdispatch._dispatch import CompiledFunction, jit, set_post_hook
+from fastdispatch.arg_signature import ArgSignature, arg_signature_of_value, is_float0
+from fastdispatch.state import (
+    JitState,
+    get_enable_x64,
+    global_state,
+    jit_is_disabled,
+    set_thread_local_state_initialization_callback,
+    thread_local_state,
+)
 from fastdispatch.tracing import assert_max_compiles, stats, trace
 
 
@@ -18,13 +27,22 @@ def __getattr__(name):
 
 
 __all__ = [
+    "ArgSignature",
     "CompiledFunction",
     "CompiledFunctionCache",
+    "JitState",
+    "arg_signature_of_value",
     "assert_max_compiles",
     "default_cache",
     "filter_jit",
+    "get_enable_x64",
+    "global_state",
+    "is_float0",
     "jit",
+    "jit_is_disabled",
     "set_post_hook",
+    "set_thread_local_state_initialization_callback",
     "stats",
+    "thread_local_state",
     "trace",
 ]

@@ -15,6 +15,7 @@ cdef struct Call:
     PyObject* kwnames      # the keyword names (a tuple), or NULL
 
 # The clock readings of one traced call; the report's phases lie between them.
+# The same boundaries open and close the call's jax.profiler spans.
 cdef struct CallTimes:
     long long start        # the call arrived
     long long flattened    # its leaves and structure are known
@@ -22,13 +23,35 @@ cdef struct CallTimes:
     long long found        # its entry is found (or its compile began)
     long long launched     # the executable returned (or the compile ended)
     long long end          # the output is ready
+    int watch              # who watches this call: WATCH_CLOCK | WATCH_SPANS, read once, at its start
+    PyObject* span         # WATCH_SPANS: the open phase's TraceMe span (owned), or NULL
+
+# CallTimes.watch: --trace takes the stamps; jax.profiler gets the spans.
+cdef enum:
+    WATCH_CLOCK = 1
+    WATCH_SPANS = 2
+
+# The boundaries of a call's phases, in order: the fields of CallTimes.
+cdef enum Stage:
+    AT_START
+    AT_FLATTENED
+    AT_KEYED
+    AT_FOUND
+    AT_LAUNCHED
+    AT_END
 
 
 # The trace sink (fastdispatch.tracing) while tracing is on, else None: the
 # one C-level flag a call checks.  Front ends read it too.
 cdef object trace_sink
 
-# Hand one call's trace event to the sink (tracing on only).
+# A call's watchers, read once at its start: --trace (the clock) and
+# jax.profiler (spans).  Front ends share these with CompiledFunction.
+cdef void start_watch(CallTimes* times)
+# A phase boundary: stamp the clock up to `stage`; switch the profiler span.
+cdef int reached(CallTimes* times, Stage stage, str next_phase, str reason=*) except -1
+cdef int end_phase(CallTimes* times) except -1
+# Hand one call's trace event to the sink (--trace on only).
 cdef void record_call(object fn, CallTimes* times, bint hit, long long compile_ns, object reason,
                       CallSignature signature)
 
@@ -69,10 +92,13 @@ cdef class CompiledFunction:
     cdef bint _donates                     # any donated argument at all
     cdef tuple _dynamic_arg_names          # positional parameter names minus static ones
     cdef PreviousCall _previous            # the guard's guess: the previous call
+    cdef str _span_name                    # its calls' span under jax.profiler: FastDispatch(<name>)
     cdef dict __dict__                     # as functools.wraps fills it
     cdef object __weakref__
 
     cdef object _call(self, Call* call)
+    cdef object _profiled(self, Call* call, CallTimes* times)
+    cdef object _guarded(self, Call* call, CallTimes* times)
     cdef object _general(self, Call* call, tuple context, CallTimes* times)
     cdef object _run(self, CacheEntry entry, object leaves, Call* call, CallTimes* times)
     cdef object _compile(self, CacheEntry entry, tuple args, dict kwargs, list leaves,

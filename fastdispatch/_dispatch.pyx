@@ -14,6 +14,11 @@ One call, as data flows (docs/architecture.md):
   5. execute    the entry's Executable (execute layer)
   6. return     post hook; trace event
 
+While jax.profiler captures, each call is a span on the host timeline named
+after its function (``FastDispatch(<name>)``, as jax.jit's are
+``PjitFunction(<name>)``), with one span per phase inside.  The spans and the
+``--trace`` clock stamps are one mechanism: ``_reached`` at each phase boundary.
+
 Python calls arrive through the vectorcall slot, the only way in (``__call__``
 forwards to it).  Whatever the fast path cannot run, jax.jit itself runs
 (``_fallback``), with the reason recorded for ``--trace``; so results never
@@ -26,7 +31,7 @@ import types
 
 cimport cython
 from cpython.object cimport PyObject
-from cpython.ref cimport Py_INCREF
+from cpython.ref cimport Py_INCREF, Py_XDECREF
 from cpython.sequence cimport PySequence_Fast_ITEMS
 from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE, PyTuple_New, PyTuple_SET_ITEM
 
@@ -59,6 +64,53 @@ cdef object _slow_path_reason = _jax.slow_path_reason
 # Tracing: a C-level flag checked once per call; see fastdispatch.tracing.
 trace_sink = None
 
+# jax.profiler: is a capture running?  One call of jaxlib's static
+# TraceMe.is_enabled (an atomic load in C++), ~5 ns from here, per call
+# (docs/performance.md).  Spans begin when made and end at __exit__.
+cdef object _profiling = _jax.TRACE_ME.is_enabled
+cdef object _TraceMe = _jax.TRACE_ME
+cdef object _end_span = _jax.TRACE_ME.__exit__
+
+
+cdef int reached(CallTimes* times, Stage stage, str next_phase, str reason=None) except -1:
+    """A call reached a phase boundary.  With --trace, every stamp up to
+    ``stage`` not taken yet is taken now (so stamps never go backwards); under
+    jax.profiler, the open phase's span ends and ``next_phase``'s begins (None:
+    none), with the fallback ``reason`` as its metadata."""
+    cdef long long now
+    if times.watch & WATCH_CLOCK:
+        now = now_ns()
+        if times.start == 0:
+            times.start = now
+        if stage >= AT_FLATTENED and times.flattened == 0:
+            times.flattened = now
+        if stage >= AT_KEYED and times.keyed == 0:
+            times.keyed = now
+        if stage >= AT_FOUND and times.found == 0:
+            times.found = now
+        if stage >= AT_LAUNCHED and times.launched == 0:
+            times.launched = now
+        if stage >= AT_END and times.end == 0:
+            times.end = now
+    if times.watch & WATCH_SPANS:
+        end_phase(times)
+        if next_phase is not None:
+            span = _TraceMe(next_phase) if reason is None else _TraceMe(next_phase, reason=reason)
+            Py_INCREF(span)
+            times.span = <PyObject*>span
+    return 0
+
+
+cdef int end_phase(CallTimes* times) except -1:
+    cdef PyObject* span = times.span
+    if span != NULL:
+        times.span = NULL
+        try:
+            _end_span(<object>span, None, None, None)
+        finally:
+            Py_XDECREF(span)
+    return 0
+
 # Post hooks: the global one, and a count of threads that set their own so
 # that a call looks at thread-local storage only when one might be there.
 cdef object _global_post_hook = None
@@ -66,17 +118,29 @@ cdef int _thread_post_hooks = 0
 _thread_local = threading.local()
 
 
+cdef void record_call(object fn, CallTimes* times, bint hit, long long compile_ns, object reason,
+                      CallSignature signature):
+    sink = trace_sink
+    if not times.watch & WATCH_CLOCK or sink is None:
+        return
+    sink.record(
+        fn, (times.start, times.flattened, times.keyed, times.found, times.launched, times.end),
+        hit, compile_ns, reason, signature)
+
+
+cdef void start_watch(CallTimes* times):
+    times.start = times.flattened = times.keyed = times.found = 0
+    times.launched = times.end = 0
+    times.span = NULL
+    times.watch = WATCH_CLOCK if trace_sink is not None else 0
+    if _profiling():
+        times.watch |= WATCH_SPANS
+
+
 def set_trace_sink(sink):
     """Send every call's timings to ``sink.record(...)``; None stops it."""
     global trace_sink
     trace_sink = sink
-
-
-cdef void record_call(object fn, CallTimes* times, bint hit, long long compile_ns, object reason,
-                      CallSignature signature):
-    trace_sink.record(
-        fn, (times.start, times.flattened, times.keyed, times.found, times.launched, times.end),
-        hit, compile_ns, reason, signature)
 
 
 def set_post_hook(hook, *, thread_local=False):
@@ -94,6 +158,14 @@ def set_post_hook(hook, *, thread_local=False):
     had_hook = getattr(_thread_local, "post_hook", None) is not None
     _thread_local.post_hook = hook
     _thread_post_hooks += (hook is not None) - had_hook
+
+
+def get_post_hook(*, thread_local=False):
+    """The hook ``set_post_hook`` set: the global one, or with
+    ``thread_local=True`` the calling thread's own (None where it has none)."""
+    if thread_local:
+        return getattr(_thread_local, "post_hook", None)
+    return _global_post_hook
 
 
 cdef inline object _current_post_hook():
@@ -300,6 +372,7 @@ cdef class CompiledFunction:
 
     def __init__(self, fun, dict options=None, cache=None):
         options = {} if options is None else options
+        self._span_name = f"FastDispatch({_jax.fun_name(fun)})"
         if cache is not None and not isinstance(cache, CompiledFunctionCache):
             raise TypeError(
                 f"jit: cache must be a fastdispatch.CompiledFunctionCache, got {cache!r}")
@@ -339,26 +412,39 @@ cdef class CompiledFunction:
         return self._call(&call)
 
     cdef object _call(self, Call* call):
-        """Steps 1 and 2: jax's state, then the guard on the argument array."""
+        """Every call: which watchers are on (--trace, jax.profiler), then the steps."""
         cdef CallTimes times
-        times.start = times.flattened = times.keyed = times.found = 0
-        times.launched = times.end = 0
-        if trace_sink is not None:
-            times.start = now_ns()
+        start_watch(&times)
         if self._entries is None:
             raise TypeError("CompiledFunction was created without __init__: "
                             "make one with fastdispatch.jit(fun)")
+        if times.watch & WATCH_SPANS:
+            return self._profiled(call, &times)
+        if times.watch:
+            times.start = now_ns()
+        return self._guarded(call, &times)
+
+    cdef object _profiled(self, Call* call, CallTimes* times):
+        """A call while jax.profiler captures: inside its function's span."""
+        span = _TraceMe(self._span_name)
+        try:
+            reached(times, AT_START, "flatten")
+            return self._guarded(call, times)
+        finally:
+            end_phase(times)   # still open when the call raised
+            _end_span(span, None, None, None)
+
+    cdef object _guarded(self, Call* call, CallTimes* times):
+        """Steps 1 and 2: jax's state, then the guard on the argument array."""
         context = _trace_context()
         if _trace_state.value is not _clean_trace_state:
-            return self._fallback(call, "tracer", &times, None)
+            return self._fallback(call, "tracer", times, None)
         cdef PreviousCall previous = self._previous
         if previous is not None and previous.layout is not None and not previous.entry.evicted:
             leaves = previous.layout.guard(call, previous.signature, context)
             if leaves is not None:
-                if trace_sink is not None:
-                    times.flattened = times.keyed = times.found = now_ns()
-                return self._run(previous.entry, leaves, call, &times)
-        return self._general(call, context, &times)
+                return self._run(previous.entry, leaves, call, times)
+        return self._general(call, context, times)
 
     cdef object _general(self, Call* call, tuple context, CallTimes* times):
         """Steps 3 and 4: split, flatten, guard or look up, compile on a miss."""
@@ -372,8 +458,8 @@ cdef class CompiledFunction:
             dynamic_args, dynamic_kwargs, static_args = self._split_static(args, kwargs)
         cdef list leaves = []
         cdef TreeDef treedef = flatten_into((dynamic_args, dynamic_kwargs), leaves)
-        if trace_sink is not None:
-            times.flattened = now_ns()
+        if times.watch:
+            reached(times, AT_FLATTENED, "signature")
 
         # The guard compares with the previous call's own objects, not the
         # entry's: a training loop feeds back outputs whose avals differ (by
@@ -381,8 +467,6 @@ cdef class CompiledFunction:
         cdef PreviousCall previous = self._previous
         if (previous is not None and not previous.entry.evicted
                 and previous.signature.matches_call(treedef, leaves, static_args, context)):
-            if trace_sink is not None:
-                times.keyed = times.found = now_ns()
             return self._run(previous.entry, leaves, call, times)
 
         cdef CallSignature signature
@@ -396,8 +480,8 @@ cdef class CompiledFunction:
         if signature is None:
             return self._fallback(
                 call, "tracer" if refused == LEAF_TRACER else "unsupported_leaf", times, None)
-        if trace_sink is not None:
-            times.keyed = now_ns()
+        if times.watch:
+            reached(times, AT_KEYED, "lookup")
         cdef CacheEntry entry
         try:
             entry = self._entries.entries.get(signature)
@@ -411,8 +495,6 @@ cdef class CompiledFunction:
             entry = self._entries.insert(signature)
             return self._compile(entry, args, kwargs, leaves, call, times)
         entry.wait(self)
-        if trace_sink is not None:
-            times.found = now_ns()
         self._remember(entry, signature, args, kwargs, call.kwnames)
         return self._run(entry, leaves, call, times)
 
@@ -423,13 +505,15 @@ cdef class CompiledFunction:
             # An entry jax runs (numpy arguments, effects): still a hit, found
             # by the guard, so the hand-off costs as little as it can.
             return self._fallback(call, entry.slow_reason, times, entry.signature)
+        if times.watch:
+            reached(times, AT_FOUND, "launch")
         if leaves is ARGV_LEAVES:
             leaves = _tuple_from_array(call.argv, PyVectorcall_NARGS(call.nargsf))
-        out = entry.executable.run(leaves, &times.launched if trace_sink is not None else NULL)
+        out = entry.executable.run(leaves, &times.launched if times.watch & WATCH_CLOCK else NULL)
         if out is DELEGATE:
             return self._fallback(call, "scalar_conversion", times, entry.signature)
-        if trace_sink is not None:
-            times.end = now_ns()
+        if times.watch:
+            reached(times, AT_END, None)
             self._record(times, True, 0, None, entry.signature)
         return self._returned(call, out)
 
@@ -441,17 +525,20 @@ cdef class CompiledFunction:
         donating, warning and failing exactly as it does); asking it for the
         Compiled afterwards costs ~0.2 ms, since jax caches both the trace and
         the executable."""
+        if times.watch:
+            reached(times, AT_FOUND, "compile")   # jax.jit's own spans nest inside
         cdef long long began = now_ns()
-        times.found = began
         try:
             out = PyObject_Vectorcall(self._jitted, call.argv, call.nargsf, call.kwnames)
         except BaseException as error:
             self._entries.fail(entry, error)
-            if trace_sink is not None:
-                times.launched = times.end = now_ns()
+            if times.watch:
+                reached(times, AT_END, None)
                 self._record(times, False, times.end - began, "compile_error", entry.signature)
             raise
         cdef long long compiled_at = now_ns()
+        if times.watch:
+            reached(times, AT_LAUNCHED, "build entry")
         try:
             compiled = self._jitted.lower(*args, **kwargs).compile()
             built = make_executable(compiled, entry.signature, leaves, self._donates)
@@ -459,22 +546,22 @@ cdef class CompiledFunction:
             built = f"jax's executable could not be reused: {error!r}"
         self._entries.complete(entry, built, (compiled_at - began) / 1e9)
         self._remember(entry, entry.signature, args, kwargs, call.kwnames)
-        if trace_sink is not None:
-            times.launched = compiled_at
-            times.end = now_ns()
+        if times.watch:
+            reached(times, AT_END, None)
             self._record(times, False, compiled_at - began, entry.slow_reason, entry.signature)
         return self._returned(call, out)
 
     cdef object _fallback(self, Call* call, str reason, CallTimes* times,
                           CallSignature signature):
         """The one hand-off: jax.jit runs the call as the caller made it."""
+        if times.watch:
+            reached(times, AT_FOUND, "jax.jit", reason)   # jax.jit's own spans nest inside
         try:
             out = PyObject_Vectorcall(self._jitted, call.argv, call.nargsf, call.kwnames)
         finally:
             # Recorded also when jax raises: the report counts the hand-off.
-            if trace_sink is not None:
-                times.flattened = times.keyed = times.found = now_ns()
-                times.launched = times.end = times.found
+            if times.watch:
+                reached(times, AT_END, None)
                 self._record(times, False, 0, reason, signature)
         return self._returned(call, out)
 
@@ -489,7 +576,7 @@ cdef class CompiledFunction:
 
     cdef void _record(self, CallTimes* times, bint hit, long long compile_ns, object reason,
                       CallSignature signature):
-        """The one trace event of a call, handed to the sink."""
+        """The one trace event of a call, handed to the sink (--trace only)."""
         record_call(self, times, hit, compile_ns, reason, signature)
 
     cdef void _remember(self, CacheEntry entry, CallSignature signature, tuple args,

@@ -30,13 +30,14 @@ from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE, PyTuple_New, PyTu
 
 from fastdispatch._cache cimport CacheEntry, CompiledFunctionCache
 from fastdispatch._clock cimport now_ns
-from fastdispatch._dispatch cimport CallTimes, CompiledFunction, PreviousCall, record_call
+from fastdispatch._dispatch cimport (
+    AT_END, AT_FLATTENED, AT_FOUND, AT_KEYED, AT_LAUNCHED, AT_START, WATCH_CLOCK, WATCH_SPANS,
+    CallTimes, CompiledFunction, PreviousCall, end_phase, reached, record_call, start_watch)
 from fastdispatch._execute cimport Executable, make_executable
 from fastdispatch._pytree cimport TreeDef, flatten_into
 from fastdispatch._signature cimport (
     CallSignature, LeafKind, LEAF_ARRAY, LEAF_KEY, LEAF_SCALAR, LEAF_TRACER, LEAF_OTHER,
     classify_leaf, make_signature)
-from fastdispatch cimport _dispatch
 from fastdispatch._cache import default_cache
 from fastdispatch import _jax
 
@@ -47,6 +48,8 @@ cdef object _trace_context = _jax.trace_context
 cdef object _trace_state = _jax.TRACE_STATE
 cdef object _clean_trace_state = _jax.CLEAN_TRACE_STATE
 cdef object _slow_path_reason = _jax.slow_path_reason
+cdef object _TraceMe = _jax.TRACE_ME
+cdef object _fun_name = _jax.fun_name
 
 cdef str _CACHED = sys.intern("_cached")
 cdef str _SIGNATURE = sys.intern("_signature")
@@ -325,8 +328,8 @@ cdef class FilterDispatcher:
         cdef tuple bound = plan.bind(args, kwargs)
         cdef list leaves = []
         cdef TreeDef treedef = flatten_into(bound, leaves)
-        if _dispatch.trace_sink is not None:
-            times.flattened = now_ns()
+        if times.watch:
+            reached(times, AT_FLATTENED, "signature")
 
         # Partition: arrays are traced (in order), every other leaf is static.
         cdef Py_ssize_t i, n = PyList_GET_SIZE(leaves)
@@ -378,11 +381,8 @@ cdef class FilterDispatcher:
         cdef CacheEntry entry = previous.entry if previous is not None else None
         cdef CallSignature signature
         cdef LeafKind refused = LEAF_ARRAY
-        if (entry is not None and not entry.evicted
-                and previous.signature.matches_call(treedef, inputs, static_args, context)):
-            if _dispatch.trace_sink is not None:
-                times.keyed = times.found = now_ns()
-        else:
+        if (entry is None or entry.evicted
+                or not previous.signature.matches_call(treedef, inputs, static_args, context)):
             try:
                 signature = make_signature(treedef, inputs, static_args, context,
                                            plan.arg_names, &refused, _FRONT)
@@ -391,8 +391,8 @@ cdef class FilterDispatcher:
                 return self.fallback(wrapper, args, kwargs, "static_argument_error", times, None)
             if signature is None:
                 return self.fallback(wrapper, args, kwargs, "unsupported_leaf", times, None)
-            if _dispatch.trace_sink is not None:
-                times.keyed = now_ns()
+            if times.watch:
+                reached(times, AT_KEYED, "lookup")
             try:
                 entry = self.entries.entries.get(signature)
             except Exception:
@@ -406,18 +406,20 @@ cdef class FilterDispatcher:
                 entry = self.entries.insert(signature)
                 return self.compile(entry, wrapper, args, kwargs, inputs, times)
             entry.wait(wrapper)
-            if _dispatch.trace_sink is not None:
-                times.found = now_ns()
             self._remember(entry, signature)
 
         self.entries.touch(entry)
         if entry.executable is None:
             return self.fallback(wrapper, args, kwargs, entry.slow_reason, times, entry.signature)
+        if times.watch:
+            reached(times, AT_FOUND, "launch")
         outputs = entry.executable.run_flat(
-            inputs, &times.launched if _dispatch.trace_sink is not None else NULL)
+            inputs, &times.launched if times.watch & WATCH_CLOCK else NULL)
+        if times.watch:
+            reached(times, AT_LAUNCHED, "unflatten")
         out = (<OutputRecipe>entry.finish).build(outputs)
-        if _dispatch.trace_sink is not None:
-            times.end = now_ns()
+        if times.watch:
+            reached(times, AT_END, None)
             record_call(wrapper, times, True, 0, None, entry.signature)
         return out
 
@@ -425,18 +427,21 @@ cdef class FilterDispatcher:
                         list leaves, CallTimes* times):
         """The miss path: equinox's own call (it traces, compiles, warns, donates
         and fails as equinox does), then its executable from its lowering."""
+        if times.watch:
+            reached(times, AT_FOUND, "compile")   # equinox's and jax's own spans nest inside
         cdef long long began = now_ns()
-        times.found = began
         try:
             out = self.slow_call(wrapper, *args, **kwargs)
         except BaseException as error:
             self.entries.fail(entry, error)
-            if _dispatch.trace_sink is not None:
-                times.launched = times.end = now_ns()
+            if times.watch:
+                reached(times, AT_END, None)
                 record_call(wrapper, times, False, times.end - began, "compile_error",
                             entry.signature)
             raise
         cdef long long compiled_at = now_ns()
+        if times.watch:
+            reached(times, AT_LAUNCHED, "build entry")
         recipe = None
         try:
             # Lowering again comes from jax's caches; anything it warns was
@@ -454,9 +459,8 @@ cdef class FilterDispatcher:
             built = f"equinox's executable could not be reused: {error!r}"
         self.entries.complete(entry, built, (compiled_at - began) / 1e9, recipe)
         self._remember(entry, entry.signature)
-        if _dispatch.trace_sink is not None:
-            times.launched = compiled_at
-            times.end = now_ns()
+        if times.watch:
+            reached(times, AT_END, None)
             record_call(wrapper, times, False, compiled_at - began, entry.slow_reason,
                         entry.signature)
         return out
@@ -473,24 +477,33 @@ cdef class FilterDispatcher:
     cdef object fallback(self, object wrapper, tuple args, dict kwargs, str reason,
                          CallTimes* times, CallSignature signature):
         """equinox's own call runs it."""
+        if times.watch:
+            reached(times, AT_FOUND, "equinox", reason)   # equinox's own spans nest inside
         try:
             return self.slow_call(wrapper, *args, **kwargs)
         finally:
-            if _dispatch.trace_sink is not None:
-                times.flattened = times.keyed = times.found = now_ns()
-                times.launched = times.end = times.found
+            if times.watch:
+                reached(times, AT_END, None)
                 record_call(wrapper, times, False, 0, reason, signature)
 
 
 def call(wrapper, *args, **kwargs):
     """``FilterJitWrapper.__call__``: equinox's filter_jit call, fast."""
     cdef CallTimes times
-    times.start = times.flattened = times.keyed = times.found = 0
-    times.launched = times.end = 0
-    if _dispatch.trace_sink is not None:
-        times.start = now_ns()
+    start_watch(&times)
     cdef dict fields = PyObject_GenericGetDict(wrapper, NULL)
     cdef PyObject* dispatcher = PyDict_GetItem(fields, _CACHED)
     if dispatcher == NULL or type(<object>dispatcher) is not FilterDispatcher:
         raise TypeError(f"{type(wrapper).__name__} was not made by fastdispatch.filter_jit")
-    return (<FilterDispatcher>dispatcher).dispatch(wrapper, fields, args, kwargs, &times)
+    if not times.watch & WATCH_SPANS:
+        if times.watch:
+            reached(&times, AT_START, None)
+        return (<FilterDispatcher>dispatcher).dispatch(wrapper, fields, args, kwargs, &times)
+    # Under jax.profiler: the call's span, named as jit's are.
+    span = _TraceMe(f"FastDispatch({_fun_name(wrapper.__wrapped__)})")
+    try:
+        reached(&times, AT_START, "flatten")
+        return (<FilterDispatcher>dispatcher).dispatch(wrapper, fields, args, kwargs, &times)
+    finally:
+        end_phase(&times)   # still open when the call raised
+        span.__exit__(None, None, None)

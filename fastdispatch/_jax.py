@@ -32,6 +32,18 @@ Private names used, all read here only:
                                           what the executable expects of each kept input
   jax._src.dispatch.needs_check_special   jax_debug_nans / jax_debug_infs
   jaxlib batched_device_put               puts a converted Python scalar on its device
+  jax._src.config.enable_x64, default_device (and disable_jit above)
+                                          the jit settings behind fastdispatch.state
+  jaxlib Config.get_global, get_local, set_local, jaxlib config unset
+                                          a setting's global and per-thread values
+  State._update_thread_local_hook         what jax calls when a `with` block sets a value
+  jax._src.dtypes._canonicalize_dtype, python_scalar_types_to_dtypes, _jax_dtype_set
+                                          the dtype jax gives a value, for a given x64
+  jax._src.random.prng.KeyTy              the dtype of a typed PRNG key, from its impl
+  jax._src.lib.jax_jit._ArgSignatureOfValue
+                                          jaxlib's argument signature (values jax keys itself)
+  jax._src.lib._profiler.TraceMe          jaxlib's profiler span (and its is_enabled)
+  jax._src.util.fun_name                  the name jax.jit gives a function's spans
 """
 
 from __future__ import annotations
@@ -45,9 +57,13 @@ from jax._src import array as _array
 from jax._src import config as _config
 from jax._src import core as _core
 from jax._src import dispatch as _dispatch
+from jax._src import dtypes as _dtypes
 from jax._src import tree_util as _tree_util
+from jax._src import util as _util
 from jax._src.interpreters import pxla as _pxla
 from jax._src.lib import _jax as _xc
+from jax._src.lib import _profiler
+from jax._src.lib import jax_jit as _jax_jit
 from jax._src.random import prng as _prng
 
 # jax's own jit: the slow path and the compiler.  Read from jax._src so that
@@ -255,3 +271,74 @@ def put_scalar(value, aval, sharding, device):
     aval and (one-device) sharding expects it, converted as jax converts it."""
     host = np.asarray(value, dtype=aval.dtype)
     return _xc.batched_device_put(aval, sharding, [host], [device], False)
+
+
+# -- jit settings (fastdispatch.state) ------------------------------------------------
+
+# Each is a jaxlib Config with a global value and a per-thread one that wins
+# when set: `with jax.disable_jit():`, `with jax.enable_x64(True):` and
+# `with jax.default_device(d):` set the calling thread's.
+DISABLE_JIT = _config.disable_jit
+ENABLE_X64 = _config.enable_x64
+DEFAULT_DEVICE = _config.default_device
+_UNSET = _xc.config.unset
+
+
+def local_setting(setting):
+    """The calling thread's own value of ``setting``, or None where it has none."""
+    value = setting.get_local()
+    return None if value is _UNSET else value
+
+
+def set_local_setting(setting, value) -> None:
+    """Set the calling thread's value as entering ``with setting(value):`` does
+    (jax's parser, validator and hook); None removes it, as leaving the
+    outermost such block does, so that the global value applies again."""
+    if value is not None:
+        setting(value).__enter__()  # the block is never left: the value stays
+        return
+    setting.set_local(_UNSET)
+    hook = setting._update_thread_local_hook
+    if hook is not None:
+        hook(None)
+
+
+# -- argument signatures (fastdispatch.arg_signature) ---------------------------------
+
+# jaxlib's signature of one argument, for values the dispatcher hands to jax
+# without keying them itself (enums, float subclasses, strings, tracers).
+jaxlib_arg_signature = _jax_jit._ArgSignatureOfValue
+
+
+def canonical_dtype(dtype, x64: bool):
+    """The dtype jax gives a numpy value of ``dtype``: 64-bit types squashed to
+    32 bits unless ``x64``.  None for a dtype jax arrays cannot have (strings,
+    objects)."""
+    if np.dtype(dtype) not in _dtypes._jax_dtype_set:
+        return None
+    return _dtypes._canonicalize_dtype(x64, False, dtype)
+
+
+def python_scalar_dtype(py_type: type, x64: bool):
+    """The dtype jax gives a Python bool, int, float or complex of this type."""
+    return canonical_dtype(_dtypes.python_scalar_types_to_dtypes[py_type], x64)
+
+
+def key_dtype(impl):
+    """The dtype of typed PRNG keys of this implementation, e.g. ``key<fry>``."""
+    return _prng.KeyTy(impl)
+
+
+# -- the profiler (jax.profiler) --------------------------------------------------------
+
+# jaxlib's TraceMe: a span on the host timeline of a running jax.profiler
+# capture, from its construction to __exit__.  TRACE_ME.is_enabled() says
+# whether a capture is running (~5 ns from Cython: an atomic load in C++);
+# a span made while none is records nothing.
+TRACE_ME = _profiler.TraceMe
+
+
+def fun_name(fun) -> str:
+    """The name jax.jit puts in its spans, ``PjitFunction(<name>)``: the
+    function's ``__name__``, through functools.partial."""
+    return _util.fun_name(fun)

@@ -18,6 +18,7 @@ import numpy as np
 cimport cython
 from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
 from cpython.mem cimport PyMem_Calloc, PyMem_Free
+from libc.string cimport memset
 from cpython.object cimport Py_EQ, PyObject, PyObject_RichCompareBool, Py_TYPE
 from cpython.ref cimport Py_INCREF, Py_XDECREF
 
@@ -198,6 +199,38 @@ cdef inline object _view_field(PyObject* field):
     return None if field == NULL else <object>field
 
 
+cdef object _view(LeafKey* key):
+    return LeafKeyView(
+        LEAF_KIND_NAMES[key.kind], _view_field(key.aval), _view_field(key.sharding),
+        key.committed, _view_field(key.impl), _view_field(key.py_type),
+        _view_field(key.dtype), _view_field(key.shape))
+
+
+cdef void _release_key(LeafKey* key):
+    Py_XDECREF(key.aval)
+    Py_XDECREF(key.sharding)
+    Py_XDECREF(key.impl)
+    Py_XDECREF(key.py_type)
+    Py_XDECREF(key.dtype)
+    Py_XDECREF(key.shape)
+
+
+def leaf_key(leaf):
+    """The LeafKeyView a call's signature holds for ``leaf`` as one of its
+    dynamic arguments; None for a leaf the dispatcher does not key (a tracer,
+    anything else: the call goes to jax.jit)."""
+    cdef LeafKind kind = classify_leaf(leaf)
+    if kind > LEAF_HOST:
+        return None
+    cdef LeafKey key
+    memset(&key, 0, sizeof(LeafKey))
+    try:
+        _fill_key(&key, leaf, kind)
+        return _view(&key)
+    finally:
+        _release_key(&key)
+
+
 cdef class CallSignature:
     """The key of one cache entry.  Built by the dispatcher; read by the tracer."""
 
@@ -206,17 +239,10 @@ cdef class CallSignature:
 
     def __dealloc__(self):
         cdef Py_ssize_t i
-        cdef LeafKey* key
         if self.keys == NULL:
             return
         for i in range(self.num_leaves):
-            key = &self.keys[i]
-            Py_XDECREF(key.aval)
-            Py_XDECREF(key.sharding)
-            Py_XDECREF(key.impl)
-            Py_XDECREF(key.py_type)
-            Py_XDECREF(key.dtype)
-            Py_XDECREF(key.shape)
+            _release_key(&self.keys[i])
         PyMem_Free(self.keys)
 
     def __hash__(self):
@@ -279,15 +305,8 @@ cdef class CallSignature:
 
     def leaf_keys(self):
         """Each leaf's key as a LeafKeyView, in flatten order (kind as a name)."""
-        cdef LeafKey* key
-        views = []
-        for i in range(self.num_leaves):
-            key = &self.keys[i]
-            views.append(LeafKeyView(
-                LEAF_KIND_NAMES[key.kind], _view_field(key.aval), _view_field(key.sharding),
-                key.committed, _view_field(key.impl), _view_field(key.py_type),
-                _view_field(key.dtype), _view_field(key.shape)))
-        return views
+        cdef Py_ssize_t i
+        return [_view(&self.keys[i]) for i in range(self.num_leaves)]
 
     def __repr__(self):
         # For people inspecting a cache: the text the trace report uses.

@@ -5,6 +5,7 @@ jax range in pyproject.toml only once it passes.
 """
 
 import dataclasses
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -148,3 +149,93 @@ def test_dataclass_fields_read_from_register_dataclass():
     registry = _jax.pytree_registry()
     assert _jax.dataclass_fields(registry[Pair].to_iter) == (("x", "y"), ("op",))
     assert _jax.dataclass_fields(registry[Box].to_iter) is None
+
+
+# -- jit settings, argument signatures, the profiler -------------------------------
+
+
+def test_jit_settings_have_global_and_thread_local_values():
+    settings = {
+        "jax_disable_jit": (_jax.DISABLE_JIT, jax.disable_jit, True),
+        "jax_enable_x64": (_jax.ENABLE_X64, jax.enable_x64, True),
+        "jax_default_device": (_jax.DEFAULT_DEVICE, jax.default_device, jax.devices()[0]),
+    }
+    for name, (setting, context, value) in settings.items():
+        assert setting.name == name
+        assert setting.get_global() == getattr(jax.config, name)
+        assert _jax.local_setting(setting) is None
+        with context(value):
+            assert _jax.local_setting(setting) == value
+            assert setting.value == value and getattr(jax.config, name) == value
+        assert _jax.local_setting(setting) is None
+        _jax.set_local_setting(setting, value)
+        try:
+            assert getattr(jax.config, name) == value and _jax.local_setting(setting) == value
+        finally:
+            _jax.set_local_setting(setting, None)
+        assert _jax.local_setting(setting) is None and setting.value == setting.get_global()
+
+
+def test_dtype_canonicalization():
+    assert _jax.canonical_dtype(np.float64, False) == np.float32
+    assert _jax.canonical_dtype(np.float64, True) == np.float64
+    assert _jax.canonical_dtype(np.uint64, False) == np.uint32
+    assert _jax.canonical_dtype(np.int8, False) == np.int8
+    assert _jax.canonical_dtype(jax.dtypes.float0, False) is jax.dtypes.float0
+    assert _jax.canonical_dtype(np.dtype("U3"), False) is None
+    assert _jax.canonical_dtype(object, True) is None
+    for py_type, narrow, wide in [
+        (bool, bool, bool),
+        (int, np.int32, np.int64),
+        (float, np.float32, np.float64),
+    ]:
+        assert _jax.python_scalar_dtype(py_type, False) == narrow
+        assert _jax.python_scalar_dtype(py_type, True) == wide
+    assert _jax.python_scalar_dtype(complex, False) == np.complex64
+    key = jax.random.key(0)
+    assert _jax.key_dtype(getattr(key, _jax.KEY_IMPL_ATTR)) == key.dtype
+
+
+def test_jaxlib_arg_signature():
+    signature = _jax.jaxlib_arg_signature(jnp.ones((2, 3)), False)
+    assert (signature.dtype, signature.shape, signature.weak_type) == (np.float32, (2, 3), False)
+    signature = _jax.jaxlib_arg_signature(1, True)
+    assert (signature.dtype, signature.shape, signature.weak_type) == (np.int64, (), True)
+    with pytest.raises(jax.errors.JaxRuntimeError, match="INVALID_ARGUMENT"):
+        _jax.jaxlib_arg_signature("text", False)
+
+
+def test_trace_me_spans_reach_a_capture(tmp_path):
+    assert _jax.TRACE_ME.is_enabled() is False
+    with _jax.TRACE_ME("not recorded"):  # usable, and free of effects, while no capture runs
+        pass
+    options = jax.profiler.ProfileOptions()
+    options.python_tracer_level = 0
+    with jax.profiler.trace(str(tmp_path), profiler_options=options):
+        assert _jax.TRACE_ME.is_enabled() is True
+        span = _jax.TRACE_ME("outer")
+        _jax.TRACE_ME.__exit__(_jax.TRACE_ME("inner", reason="why"), None, None, None)
+        _jax.TRACE_ME.__exit__(span, None, None, None)
+    assert _jax.TRACE_ME.is_enabled() is False
+    (path,) = tmp_path.glob("plugins/profile/*/*.xplane.pb")
+    profile = jax.profiler.ProfileData.from_file(str(path))
+    events = [
+        (event.name, event.start_ns, event.end_ns, dict(event.stats))
+        for line in profile.find_plane_with_name("/host:CPU").lines
+        for event in line.events
+    ]
+    by_name = {name: (start, end, stats) for name, start, end, stats in events}
+    assert "not recorded" not in by_name
+    outer, inner = by_name["outer"], by_name["inner"]
+    assert outer[0] <= inner[0] <= inner[1] <= outer[1]
+    assert inner[2] == {"reason": "why"}
+
+
+def test_fun_name_is_the_name_in_jax_spans():
+    def step(x):
+        return x
+
+    assert _jax.fun_name(step) == "step"
+    assert _jax.fun_name(functools.partial(step, 1)) == "step"
+    assert _jax.fun_name(lambda x: x) == "<lambda>"
+    assert _jax.fun_name(object()) == "<unnamed function>"
