@@ -16,6 +16,7 @@ MODULES = [
     "_cache",
     "_dispatch",
     "_filter",  # the equinox front end's hot path
+    "_nnx",  # the flax NNX front end's hot path
 ]
 
 COMPILER_DIRECTIVES = {

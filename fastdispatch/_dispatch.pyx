@@ -699,6 +699,16 @@ cdef void _install_vectorcall():
 _install_vectorcall()
 
 
+def jax_function(jitted):
+    """jax's own jit object behind ``jitted``.  Under ``python -m fastdispatch``,
+    jax.jit is fastdispatch.jit, and a library's own jax.jit (equinox's, flax's)
+    is a CompiledFunction: front ends take its jax.jit, so that a call is
+    recorded once, as the front end's."""
+    if isinstance(jitted, CompiledFunction):
+        return (<CompiledFunction>jitted)._jitted
+    return jitted
+
+
 def _rebuild(fun, options, cache):
     return CompiledFunction(fun, options, cache)
 

@@ -39,6 +39,7 @@ from fastdispatch._signature cimport (
     CallSignature, LeafKind, LEAF_ARRAY, LEAF_KEY, LEAF_SCALAR, LEAF_TRACER, LEAF_OTHER,
     classify_leaf, make_signature)
 from fastdispatch._cache import default_cache
+from fastdispatch._dispatch import jax_function as _dispatch_jax_function
 from fastdispatch import _jax
 
 cdef extern from "Python.h":
@@ -261,22 +262,13 @@ def _in_first(path):
 cdef _Front _FRONT = _Front()
 
 
-def jax_function(jitted):
-    """jax's own jit object behind ``jitted``.  Under ``python -m fastdispatch``,
-    jax.jit is fastdispatch.jit, and equinox's shared jit is a CompiledFunction:
-    its jax.jit is used, so that a call is recorded once, as the wrapper's."""
-    if isinstance(jitted, CompiledFunction):
-        return (<CompiledFunction>jitted)._jitted
-    return jitted
-
-
 cdef class FilterDispatcher:
     """The fast path of every filter_jit wrapper of one function: equinox
     shares one jax.jit between them (by function, or by name for other
     callables), and so does this, with its entries, plans and guard."""
 
     def __init__(self, jitted, slow_call, lower_call, is_array):
-        self.jitted = jax_function(jitted)
+        self.jitted = _dispatch_jax_function(jitted)
         self.slow_call = slow_call
         self.lower_call = lower_call
         self.is_array = is_array

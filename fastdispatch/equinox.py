@@ -38,7 +38,7 @@ from equinox import _jit as _eqx_jit
 from equinox._module import _flatten as _eqx_flatten
 from equinox._module import _module as _eqx_module
 
-from fastdispatch import _filter, _pytree
+from fastdispatch import _dispatch, _filter, _pytree
 
 __all__ = ["FilterJitWrapper", "filter_jit"]
 
@@ -73,7 +73,7 @@ _dispatchers = weakref.WeakValueDictionary()
 
 def _dispatcher_for(jitted) -> _filter.FilterDispatcher:
     found = _dispatchers.get(id(jitted))
-    if found is None or found.jitted is not _filter.jax_function(jitted):
+    if found is None or found.jitted is not _dispatch.jax_function(jitted):
         found = _filter.FilterDispatcher(
             jitted, _eqx_jit._JitWrapper.__call__, _eqx_jit._JitWrapper.lower, equinox.is_array
         )
@@ -143,5 +143,5 @@ def executable_inputs(wrapper, *args, **kwargs):
         wrapper.donate_rest,
     )
     donated, kept, static = _eqx_jit._preprocess(info, args, kwargs, return_static=True)
-    jitted = _filter.jax_function(wrapper._cached.jitted)
+    jitted = wrapper._cached.jitted
     return jitted.lower(donated, kept, static).compile(), (donated, kept)

@@ -1,0 +1,71 @@
+# The nnx.jit front end (flax NNX's jit, graph mode) over the dispatcher's engine.
+from fastdispatch._cache cimport CacheEntry, FunctionCache
+from fastdispatch._dispatch cimport CallTimes
+from fastdispatch._pytree cimport TreeDef
+from fastdispatch._signature cimport CallSignature
+
+# What a guard checks of one object of the graph.
+cpdef enum GuardKind:
+    GUARD_NODE = 0       # a graph node or State: its type, and its __dict__'s recorded entries
+    GUARD_DICT = 1       # a dict container: its recorded items
+    GUARD_LIST = 2       # a list container: its recorded items
+    GUARD_VARIABLE = 3   # a Variable: its type, its metadata, an array as its value
+    GUARD_FLAGS = 4      # a PytreeState: its recorded (initializing, is_setup)
+
+# How one argument of a call reaches the executable.
+cpdef enum InputKind:
+    INPUT_ROOT = 0       # a graph node or Variable: its leaves, read from the recorded slots
+    INPUT_PLAIN = 1      # anything else (no graph node inside): its own leaves
+
+
+cdef class Guard:
+    cdef int kind                  # a GuardKind
+    cdef object target             # the object checked (held: Variables have no weak references)
+    cdef object target_type        # NODE, VARIABLE: its type
+    cdef tuple keys                # NODE, DICT: the keys checked
+    cdef tuple values              # NODE, DICT, LIST: the values they held (ARRAY_SLOT: an array)
+    cdef Py_ssize_t size           # NODE, DICT, LIST: the number of entries
+    cdef object expected           # VARIABLE: a copy of its metadata; FLAGS: the flags
+    cdef bint holds(self) except -1
+
+
+cdef class Input:
+    cdef int kind                  # an InputKind
+    cdef readonly object position  # an int (positional) or a str (keyword) of the call
+    cdef object root               # ROOT: the graph node the call passes there
+    cdef TreeDef treedef           # PLAIN: the argument's structure
+    cdef Py_ssize_t slot_start     # ROOT: its slots, [slot_start, slot_stop)
+    cdef Py_ssize_t slot_stop
+
+
+cdef class Record:
+    cdef Py_ssize_t nargs          # positional arguments of the calls it matches
+    cdef tuple kwnames             # their keyword names, in call order
+    cdef tuple inputs              # Input per argument the executable takes, in its order
+    cdef tuple statics             # (position, value) of each static argument
+    cdef tuple guards              # Guard: the graph is the recorded one
+    cdef tuple slots               # per root leaf, in order: a Variable, or (owner, attribute)
+    cdef CacheEntry entry          # the executable of this structure
+    cdef CallSignature signature   # the recorded leaves: the identity guard of the inputs
+    cdef TreeDef out_treedef       # the structure of what the function returns
+    cdef Py_ssize_t num_slots
+
+    cdef bint matches(self, tuple args, dict kwargs) except -1
+    cdef list gather(self, tuple args, dict kwargs)
+    cdef object scatter(self, list outputs)
+
+
+cdef class NnxJitFunction:
+    cdef readonly object flax_function # flax's own nnx.jit of the function: misses and fallbacks
+    cdef readonly object jitted        # its jax.jit (jax's own): the source of executables
+    cdef readonly bint fast            # graph mode with graph updates, no sharding prefixes
+    cdef FunctionCache entries         # our part of the shared LRU
+    cdef tuple records                 # Record, most recently used first
+    cdef str _span_name                # its calls' span under jax.profiler
+    cdef dict __dict__
+    cdef object __weakref__
+
+    cdef object _call(self, tuple args, dict kwargs, CallTimes* times)
+    cdef object _miss(self, tuple args, dict kwargs, CallTimes* times)
+    cdef object _fallback(self, tuple args, dict kwargs, str reason, CallTimes* times)
+    cdef object _run(self, Record record, list inputs, CallTimes* times)

@@ -1,0 +1,438 @@
+# cython: boundscheck=False, wraparound=False
+"""The hot path of ``fastdispatch.nnx.jit``: flax NNX's jit, graph mode.
+
+flax's jit splits every argument graph into a GraphDef and its Variables'
+values on every call (~200 us for an MLP and its optimizer), runs its jax.jit
+of the split function, then merges the outputs back into the caller's objects.
+When a call's graph is the one a previous call left behind, the split and the
+merge only move values, so this does only that:
+
+  guard      the arguments are the recorded roots, and a Record's guards say
+             that every object flax's split would visit holds what it held
+             (types, attributes, containers, Variable metadata): the GraphDef
+             is the recorded one, without computing it
+  gather     each Variable's raw value (and each array attribute), straight
+             from its slot, in flax's leaf order; other arguments' leaves
+  execute    the executable flax's own jax.jit compiled for that GraphDef
+  scatter    the outputs straight into the same Variable slots; the
+             function's own output rebuilt from its recorded structure
+
+A Record is made by ``fastdispatch.nnx`` after a call flax ran itself (the
+first call, or one whose graph changed), when that call's executable keeps the
+graph's structure and returns no graph node; everything else is flax's call.
+"""
+from cpython.dict cimport PyDict_GetItem, PyDict_Next, PyDict_SetItem, PyDict_Size
+from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
+from cpython.object cimport Py_EQ, PyObject, PyObject_RichCompareBool, Py_TYPE
+from cpython.ref cimport Py_XDECREF
+from cpython.sequence cimport PySequence_Fast_ITEMS
+from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE
+
+from fastdispatch._cache cimport CacheEntry, CompiledFunctionCache, FunctionCache
+from fastdispatch._dispatch cimport (
+    AT_END, AT_FLATTENED, AT_FOUND, AT_LAUNCHED, AT_START, WATCH_CLOCK, WATCH_SPANS,
+    CallTimes, end_phase, reached, record_call, start_watch)
+from fastdispatch._execute cimport make_executable
+from fastdispatch._pytree cimport TreeDef, flatten_into
+from fastdispatch._signature cimport CallSignature, LeafKind, LEAF_ARRAY, make_signature
+from functools import partial as _partial
+
+from fastdispatch._cache import default_cache
+from fastdispatch import _jax
+
+cdef extern from "Python.h":
+    dict PyObject_GenericGetDict(object o, void* context)
+    ctypedef PyObject* (*descrgetfunc)(PyObject*, PyObject*, PyObject*)
+    ctypedef int (*descrsetfunc)(PyObject*, PyObject*, PyObject*) except -1
+    ctypedef struct _TypeWithDescr "PyTypeObject":
+        descrgetfunc tp_descr_get
+        descrsetfunc tp_descr_set
+
+cdef object _trace_context = _jax.trace_context
+cdef object _trace_state = _jax.TRACE_STATE
+cdef object _clean_trace_state = _jax.CLEAN_TRACE_STATE
+cdef object _TraceMe = _jax.TRACE_ME
+cdef object _ARRAY = _jax.ARRAY_TYPE
+cdef object _KEY_ARRAY = _jax.KEY_ARRAY_TYPE
+
+# Where an array attribute or value lives: its type is checked, not its
+# identity (the fast path itself writes new arrays there).
+ARRAY_SLOT = object()
+
+# Set by fastdispatch.nnx (configure): what of flax the hot path reads.
+cdef object _raw_value = None          # Variable._raw_value, a slot (member descriptor)
+cdef descrgetfunc _get_raw = NULL
+cdef descrsetfunc _set_raw = NULL
+cdef object _metadata = None           # Variable._var_metadata, a slot
+cdef descrgetfunc _get_metadata = NULL
+cdef object _graph_context = None      # flax's thread-local GRAPH_CONTEXT
+cdef object _flax_miss = None          # fastdispatch.nnx.miss(function, args, kwargs)
+cdef tuple _flags_fields = ()          # PytreeState's flag slots, read for GUARD_FLAGS
+
+
+def configure(raw_value, metadata, graph_context, miss, flags_fields):
+    """Hand the hot path what it reads of flax (called once by fastdispatch.nnx)."""
+    global _raw_value, _get_raw, _set_raw, _metadata, _get_metadata, _graph_context, _flax_miss
+    global _flags_fields
+    _raw_value = raw_value
+    _get_raw = (<_TypeWithDescr*>Py_TYPE(raw_value)).tp_descr_get
+    _set_raw = (<_TypeWithDescr*>Py_TYPE(raw_value)).tp_descr_set
+    _metadata = metadata
+    _get_metadata = (<_TypeWithDescr*>Py_TYPE(metadata)).tp_descr_get
+    _graph_context = graph_context
+    _flax_miss = miss
+    _flags_fields = tuple(flags_fields)
+
+
+def raw_value(variable):
+    """A Variable's raw value, read from its slot."""
+    return _slot_read(_raw_value, _get_raw, variable)
+
+
+def metadata(variable):
+    """A Variable's metadata dict, read from its slot."""
+    return _slot_read(_metadata, _get_metadata, variable)
+
+
+def signature_of(TreeDef treedef, list leaves):
+    """The CallSignature of a split call's dynamic leaves, under jax's context now."""
+    cdef LeafKind refused = LEAF_ARRAY
+    signature = make_signature(treedef, leaves, (), _trace_context(), (), &refused)
+    if signature is None:
+        raise TypeError("a leaf the dispatcher does not key")
+    return signature
+
+
+def entry_for(NnxJitFunction function, CallSignature signature, compiled, list leaves,
+              bint donates, double seconds):
+    """``(entry, new)``: the function's CacheEntry for ``signature``, made from
+    ``compiled`` (the executable flax's jax.jit just ran) when it is new."""
+    cdef CacheEntry entry = function.entries.entries.get(signature)
+    if entry is not None:
+        return entry, False
+    entry = function.entries.insert(signature)
+    try:
+        built = make_executable(compiled, signature, leaves, donates)
+    except BaseException as error:
+        function.entries.fail(entry, error)
+        raise
+    function.entries.complete(entry, built, seconds)
+    return entry, True
+
+
+cdef inline object _slot_read(object descriptor, descrgetfunc get, object owner):
+    """``descriptor.__get__(owner)`` through the descriptor's C slot."""
+    cdef PyObject* value = get(<PyObject*>descriptor, <PyObject*>owner, NULL)
+    if value == NULL:
+        raise AttributeError("an empty Variable slot")
+    result = <object>value
+    Py_XDECREF(value)
+    return result
+
+
+cdef inline bint _is_array(object value):
+    cdef object value_type = type(value)
+    return value_type is _ARRAY or value_type is _KEY_ARRAY
+
+
+cdef inline bint _same_entries(dict d, tuple keys, tuple values) except -1:
+    cdef Py_ssize_t i
+    cdef PyObject* found
+    cdef object expected
+    for i in range(PyTuple_GET_SIZE(keys)):
+        found = PyDict_GetItem(d, <object>PyTuple_GET_ITEM(keys, i))
+        if found == NULL:
+            return False
+        expected = <object>PyTuple_GET_ITEM(values, i)
+        if expected is ARRAY_SLOT:
+            if not _is_array(<object>found):
+                return False
+        elif found != <PyObject*>expected:
+            return False
+    return True
+
+
+cdef class Guard:
+    """One check of a Record's guard program (see fastdispatch.nnx)."""
+
+    def __init__(self, int kind, target, target_type=None, keys=(), values=(), Py_ssize_t size=0,
+                 expected=None):
+        self.kind = kind
+        self.target = target
+        self.target_type = target_type
+        self.keys = tuple(keys)
+        self.values = tuple(values)
+        self.size = size
+        self.expected = expected
+
+    cdef bint holds(self) except -1:
+        cdef object target = self.target
+        cdef dict d
+        cdef list items
+        cdef Py_ssize_t i
+        if self.kind == GUARD_NODE:
+            if type(target) is not self.target_type:
+                return False
+            d = PyObject_GenericGetDict(target, NULL)
+            return PyDict_Size(d) == self.size and _same_entries(d, self.keys, self.values)
+        if self.kind == GUARD_DICT:
+            d = <dict>target
+            return PyDict_Size(d) == self.size and _same_entries(d, self.keys, self.values)
+        if self.kind == GUARD_LIST:
+            items = <list>target
+            if PyList_GET_SIZE(items) != self.size:
+                return False
+            for i in range(self.size):
+                if PyList_GET_ITEM(items, i) != PyTuple_GET_ITEM(self.values, i):
+                    return False
+            return True
+        if self.kind == GUARD_VARIABLE:
+            if type(target) is not self.target_type:
+                return False
+            if not _is_array(_slot_read(_raw_value, _get_raw, target)):
+                return False
+            metadata = _slot_read(_metadata, _get_metadata, target)
+            return metadata is self.expected or metadata == self.expected
+        # GUARD_FLAGS
+        for i in range(PyTuple_GET_SIZE(_flags_fields)):
+            if getattr(target, <str>PyTuple_GET_ITEM(_flags_fields, i)) is not \
+                    <object>PyTuple_GET_ITEM(<tuple>self.expected, i):
+                return False
+        return True
+
+
+cdef class Input:
+    """How one argument of a call reaches the executable."""
+
+    def __init__(self, int kind, position, root=None, TreeDef treedef=None,
+                 Py_ssize_t slot_start=0, Py_ssize_t slot_stop=0):
+        self.kind = kind
+        self.position = position
+        self.root = root
+        self.treedef = treedef
+        self.slot_start = slot_start
+        self.slot_stop = slot_stop
+
+
+cdef inline object _argument(object position, tuple args, dict kwargs):
+    if type(position) is int:
+        return <object>PyTuple_GET_ITEM(args, <Py_ssize_t>position)
+    return <object>PyDict_GetItem(kwargs, position)
+
+
+cdef class Record:
+    """A graph state a call left behind, proved again by its guards, and how
+    calls on it reach their executable and write back."""
+
+    def __init__(self, Py_ssize_t nargs, tuple kwnames, tuple inputs, tuple statics, tuple guards,
+                 tuple slots, CacheEntry entry, CallSignature signature, TreeDef out_treedef):
+        self.nargs = nargs
+        self.kwnames = kwnames
+        self.inputs = inputs
+        self.statics = statics
+        self.guards = guards
+        self.slots = slots
+        self.num_slots = len(slots)
+        self.entry = entry
+        self.signature = signature
+        self.out_treedef = out_treedef
+
+    cdef bint matches(self, tuple args, dict kwargs) except -1:
+        """The call's layout, roots and static arguments are the recorded ones,
+        and every guard holds."""
+        cdef Py_ssize_t pos = 0, i = 0
+        cdef PyObject* key
+        cdef PyObject* value
+        cdef Input input
+        if PyTuple_GET_SIZE(args) != self.nargs or PyDict_Size(kwargs) != PyTuple_GET_SIZE(self.kwnames):
+            return False
+        while PyDict_Next(kwargs, &pos, &key, &value):
+            if key != PyTuple_GET_ITEM(self.kwnames, i):
+                return False
+            i += 1
+        for item in self.inputs:
+            input = <Input>item
+            if input.kind == INPUT_ROOT and _argument(input.position, args, kwargs) is not input.root:
+                return False
+        for position, expected in self.statics:
+            given = _argument(position, args, kwargs)
+            if given is not expected:
+                try:
+                    if type(given) is not type(expected) or not (given == expected):
+                        return False
+                except Exception:
+                    return False   # flax's call reports it its way
+        for guard in self.guards:
+            if not (<Guard>guard).holds():
+                return False
+        return True
+
+    cdef list gather(self, tuple args, dict kwargs):
+        """The executable's inputs: each root's leaves from its slots, each other
+        argument's leaves; None when an argument's structure changed."""
+        cdef list leaves = []
+        cdef Input input
+        cdef Py_ssize_t j
+        cdef TreeDef treedef
+        for item in self.inputs:
+            input = <Input>item
+            if input.kind == INPUT_ROOT:
+                for j in range(input.slot_start, input.slot_stop):
+                    slot = <object>PyTuple_GET_ITEM(self.slots, j)
+                    if type(slot) is tuple:
+                        leaves.append(PyObject_GenericGetDict(slot[0], NULL)[slot[1]])
+                    else:
+                        leaves.append(_slot_read(_raw_value, _get_raw, slot))
+            else:
+                treedef = flatten_into(_argument(input.position, args, kwargs), leaves)
+                if treedef is not input.treedef and not treedef.same_as(input.treedef):
+                    return None
+        return leaves
+
+    cdef object scatter(self, list outputs):
+        """Write the roots' new values into their slots; return the function's output."""
+        cdef Py_ssize_t j
+        cdef object value
+        for j in range(self.num_slots):
+            slot = <object>PyTuple_GET_ITEM(self.slots, j)
+            value = <object>PyList_GET_ITEM(outputs, j)
+            if type(slot) is tuple:
+                PyDict_SetItem(PyObject_GenericGetDict(slot[0], NULL), slot[1], value)
+            else:
+                _set_raw(<PyObject*>_raw_value, <PyObject*>slot, <PyObject*>value)
+        if self.out_treedef.num_nodes == 1 and self.out_treedef.num_leaves == 1:
+            return <object>PyList_GET_ITEM(outputs, self.num_slots)
+        return self.out_treedef.unflatten(outputs[self.num_slots:])
+
+
+# The most records kept per function: train and eval states of one model, say.
+cdef enum:
+    MAX_RECORDS = 4
+
+
+cdef class NnxJitFunction:
+    """What ``fastdispatch.nnx.jit`` returns: flax's nnx.jit, called through the
+    fast path when the call's graph is one a record proves."""
+
+    def __init__(self, flax_function, jitted, bint fast):
+        self.flax_function = flax_function
+        self.jitted = jitted
+        self.fast = fast
+        self.records = ()
+        self.entries = (<CompiledFunctionCache>default_cache()).function_cache(self, None)
+        self._span_name = f"FastDispatch({_jax.fun_name(flax_function.fun)})"
+
+    def __call__(self, *args, **kwargs):
+        cdef CallTimes times
+        start_watch(&times)
+        if not times.watch & WATCH_SPANS:
+            if times.watch:
+                reached(&times, AT_START, None)
+            return self._call(args, kwargs, &times)
+        span = _TraceMe(self._span_name)
+        try:
+            reached(&times, AT_START, "flatten")
+            return self._call(args, kwargs, &times)
+        finally:
+            end_phase(&times)   # still open when the call raised
+            span.__exit__(None, None, None)
+
+    cdef object _call(self, tuple args, dict kwargs, CallTimes* times):
+        cdef Record record
+        cdef list inputs
+        cdef Py_ssize_t i
+        if not self.fast:
+            return self._fallback(args, kwargs, "not graph mode with graph updates", times)
+        if _trace_state.value is not _clean_trace_state:
+            return self._fallback(args, kwargs, "tracer", times)
+        if _graph_context.tmp_static_cache is not None:
+            return self._fallback(args, kwargs, "cached_partial", times)
+        context = _trace_context()
+        records = self.records
+        for i in range(PyTuple_GET_SIZE(records)):
+            record = <Record>PyTuple_GET_ITEM(records, i)
+            if record.entry.evicted or not record.matches(args, kwargs):
+                continue
+            inputs = record.gather(args, kwargs)
+            if inputs is None or not record.signature.matches_leaves(
+                    PySequence_Fast_ITEMS(inputs), PyList_GET_SIZE(inputs), context):
+                continue
+            if i:
+                self.records = (record,) + records[:i] + records[i + 1:]
+            return self._run(record, inputs, times)
+        return self._miss(args, kwargs, times)
+
+    cdef object _run(self, Record record, list inputs, CallTimes* times):
+        if times.watch:
+            reached(times, AT_FOUND, "launch")
+        self.entries.touch(record.entry)
+        outputs = record.entry.executable.run_flat(
+            inputs, &times.launched if times.watch & WATCH_CLOCK else NULL)
+        if times.watch:
+            reached(times, AT_LAUNCHED, "write back")
+        out = record.scatter(outputs)
+        if times.watch:
+            reached(times, AT_END, None)
+            record_call(self, times, True, 0, None, record.entry.signature)
+        return out
+
+    cdef object _miss(self, tuple args, dict kwargs, CallTimes* times):
+        """flax's own call; then, if its executable keeps the graph, a new Record."""
+        if times.watch:
+            reached(times, AT_FOUND, "flax", "miss")
+        cdef long long compile_ns = 0
+        try:
+            out, record, compiled = _flax_miss(self, args, kwargs)
+        except BaseException:
+            if times.watch:
+                reached(times, AT_END, None)
+                record_call(self, times, False, 0, "flax", None)
+            raise
+        if record is not None:
+            self.records = ((record,) + self.records)[:MAX_RECORDS]
+        if times.watch:
+            reached(times, AT_END, None)
+            signature = (<Record>record).entry.signature if record is not None else None
+            record_call(self, times, False, times.end - times.found if compiled else 0,
+                        None if compiled else "flax", signature)
+        return out
+
+    cdef object _fallback(self, tuple args, dict kwargs, str reason, CallTimes* times):
+        if times.watch:
+            reached(times, AT_FOUND, "flax", reason)   # flax's and jax's own spans nest inside
+        try:
+            return self.flax_function(*args, **kwargs)
+        finally:
+            if times.watch:
+                reached(times, AT_END, None)
+                record_call(self, times, False, 0, reason, None)
+
+    def clear_cache(self):
+        """Forget the records and executables (flax's jit keeps its own traces)."""
+        self.records = ()
+        self.entries.clear()
+
+    def _cache_size(self):
+        return len(self.entries)
+
+    def _records(self):
+        return list(self.records)
+
+    def __get__(self, instance, owner):
+        # flax's jit binds a method as functools.partial(self, instance).
+        if instance is None:
+            return self
+        return _partial(self, instance)
+
+    def lower(self, *args, **kwargs):
+        return self.flax_function.lower(*args, **kwargs)
+
+    def trace(self, *args, **kwargs):
+        return self.flax_function.trace(*args, **kwargs)
+
+    def eval_shape(self, *args, **kwargs):
+        return self.flax_function.eval_shape(*args, **kwargs)
+
+    def __repr__(self):
+        return f"<fastdispatch nnx.jit of {self.flax_function.fun!r}>"
+

@@ -1,0 +1,351 @@
+"""``fastdispatch.nnx.jit``: flax NNX's ``jit``, graph mode at better than tree-mode speed.
+
+    from fastdispatch import nnx as fnnx     # then @fnnx.jit where you had @nnx.jit
+
+Everything flax does is flax's: ``jit`` builds flax's own nnx.jit object (its
+checks, errors, modes and sharding prefixes), which runs every call the fast
+path does not: the first call, a call whose graph changed, a call under a
+transformation or inside ``nnx.cached_partial``, and every call in modes other
+than graph mode with graph updates.  After such a call flax ran, ``miss``
+makes a Record when the call's executable keeps the graph's structure and
+returns no graph node: the roots, the guards that prove the graph unchanged,
+each leaf's slot, and the executable flax's own jax.jit compiled.  The hot path
+(``_nnx.pyx``) then runs calls on that graph without flax's split and merge.
+
+This module is imported only when ``fastdispatch.nnx`` is used, and it is the
+only one that touches flax's private names, all listed here and tested in
+tests/unit/test_nnx.py:
+
+  flax.nnx.transforms.compilation.jit, JitWrapped, .jitted_fn, ._get_pure_args_kwargs
+                                     flax's nnx.jit, its wrapper class (graph mode with
+                                     updates), its jax.jit of the split function, its split
+  flax.nnx.extract.NodeStates        a graph argument as the jax.jit sees it
+  flax.nnx.graphlib.update_context, GRAPH_CONTEXT.tmp_static_cache, RefMap, flatten,
+                    is_graph_node, get_node_impl, GraphNodeImpl, GraphDef.with_same_outer_index
+                                     flax's graph traversal, for slots and guards
+  flax.nnx.variablelib.Variable._raw_value, ._var_metadata, is_array_ref, _check_can_update
+                                     a Variable's value and metadata slots
+  flax.nnx.pytreelib.PytreeState._initializing, ._is_setup, Pytree._pytree__nodes,
+                    ._pytree__is_pytree
+                                     which attributes flax's split visits
+  flax.nnx.statelib.State._mapping   a State's dict
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+import warnings
+
+import jax
+from flax.nnx import extract as _extract
+from flax.nnx import graphlib as _graphlib
+from flax.nnx import pytreelib as _pytreelib
+from flax.nnx import statelib as _statelib
+from flax.nnx import variablelib as _variablelib
+from flax.nnx.transforms import compilation as _compilation
+from flax.typing import MISSING
+
+from fastdispatch import _dispatch, _jax, _nnx, _pytree
+from fastdispatch._nnx import ARRAY_SLOT, Guard, Input, NnxJitFunction, Record
+
+__all__ = ["NnxJitFunction", "jit"]
+
+_flax_jit = _compilation.jit
+_Variable = _variablelib.Variable
+_NodeStates = _extract.NodeStates
+_ARRAY_TYPES = (_jax.ARRAY_TYPE, _jax.KEY_ARRAY_TYPE)
+_FLAGS = ("_initializing", "_is_setup")
+
+
+def jit(
+    fun=MISSING,
+    *,
+    in_shardings=None,
+    out_shardings=None,
+    static_argnums=None,
+    static_argnames=None,
+    donate_argnums=None,
+    donate_argnames=None,
+    keep_unused=False,
+    device=None,
+    backend=None,
+    inline=False,
+    graph=None,
+    graph_updates=None,
+):
+    """``flax.nnx.jit`` with less dispatch time; same arguments, same behaviour.
+
+    Modules, Variables, Rngs and Optimizers anywhere in the arguments; in-place
+    updates and graph updates propagate to the caller's objects as flax
+    propagates them.  Usable as ``@jit`` and ``@jit(...)``.  Returns an
+    NnxJitFunction: call it as the function; ``.lower``, ``.trace`` and
+    ``.eval_shape`` are flax's.
+    """
+    options = dict(
+        in_shardings=in_shardings,
+        out_shardings=out_shardings,
+        static_argnums=static_argnums,
+        static_argnames=static_argnames,
+        donate_argnums=donate_argnums,
+        donate_argnames=donate_argnames,
+        keep_unused=keep_unused,
+        device=device,
+        backend=backend,
+        inline=inline,
+        graph=graph,
+        graph_updates=graph_updates,
+    )
+    if fun is MISSING:
+        return functools.partial(jit, **options)
+    flax_function = _flax_jit(fun, **options)  # flax checks the options, with its messages
+    fast = type(flax_function) is _compilation.JitWrapped and in_shardings is None and out_shardings is None
+    jitted = _dispatch.jax_function(flax_function.jitted_fn) if fast else None
+    function = NnxJitFunction(flax_function, jitted, fast)
+    functools.update_wrapper(function, fun)
+    return function
+
+
+# -- a call flax runs ---------------------------------------------------------------
+
+
+def miss(function, args, kwargs):
+    """flax's own call, then a Record of the graph it left when the fast path
+    can run the next call on it: ``(output, record or None, compiled)``,
+    ``compiled`` true when the call's executable is new to the cache."""
+    flax_function = function.flax_function
+    before = _split(flax_function, args, kwargs)
+    began = time.perf_counter()
+    out = flax_function(*args, **kwargs)
+    seconds = time.perf_counter() - began
+    try:
+        record, compiled = _record(function, args, kwargs, before, seconds)
+    except _NotRecorded:
+        return out, None, False
+    return out, record, compiled
+
+
+class _NotRecorded(Exception):
+    """The graph after this call is not one the fast path can run on."""
+
+
+def _split(flax_function, args, kwargs):
+    """flax's split of the call's arguments: (pure args, pure kwargs)."""
+    with _graphlib.update_context(flax_function):
+        return flax_function._get_pure_args_kwargs(args, kwargs)
+
+
+def _record(function, args, kwargs, before, seconds):
+    resolved = _jax.resolved_arguments(function.jitted)
+    statics = {i % len(args) if -len(args) <= i < len(args) else i for i in resolved.static_argnums}
+    statics |= set(resolved.static_argnames)
+    after = _split(function.flax_function, args, kwargs)
+    leaves_before, treedef = _dynamic_leaves(before, statics)
+    leaves, treedef_after = _dynamic_leaves(after, statics)
+    if treedef_after != treedef:
+        raise _NotRecorded("the call changed the graph")
+
+    # The executable flax's jax.jit runs for this structure (from its caches).
+    with warnings.catch_warnings(), _graphlib.update_context(function.flax_function):
+        warnings.simplefilter("ignore")
+        compiled = function.jitted.lower(*before[0], **before[1]).compile()
+    outputs = jax.tree_util.tree_unflatten(
+        compiled.out_tree, [_Placeholder(i) for i in range(compiled.out_tree.num_leaves)]
+    )
+
+    inputs, roots = [], []
+    positions = [i for i in range(len(args)) if i not in statics]
+    positions += sorted(name for name in kwargs if name not in statics)
+    for position in positions:
+        argument = args[position] if type(position) is int else kwargs[position]
+        pure = (after[0] if type(position) is int else after[1])[position]
+        if _graphlib.is_graph_node(argument):
+            out = (outputs[0] if type(position) is int else outputs[1])[position]
+            if not isinstance(pure, _NodeStates) or not isinstance(out, _NodeStates):
+                raise _NotRecorded("a graph argument flax does not split as a node")
+            if out.graphdef != pure.graphdef.with_same_outer_index():
+                raise _NotRecorded("the executable changes the graph")
+            roots.append((position, argument, pure))
+        elif _holds_node_states(pure):
+            raise _NotRecorded("graph nodes inside a container argument")
+        else:
+            inputs.append(Input(_nnx.InputKind.INPUT_PLAIN, position, treedef=_pytree.flatten(argument)[1]))
+    if _holds_node_states(outputs[2]):
+        raise _NotRecorded("the function returns graph nodes")
+
+    slots, guards = _slots_and_guards(roots)
+    inputs = _root_inputs(roots, slots) + inputs
+    inputs.sort(key=lambda item: positions.index(item.position))
+    flat_slots = tuple(slot for _, root_slots in slots for slot in root_slots)
+
+    signature = _nnx.signature_of(treedef, leaves)
+    if signature != _nnx.signature_of(treedef, leaves_before):
+        raise _NotRecorded("the call changed its arguments' shapes")
+    out_leaves, out_treedef = _pytree.flatten(outputs[2])
+    if len(flat_slots) + len(out_leaves) != compiled.out_tree.num_leaves:
+        raise _NotRecorded("outputs that are not the graph's leaves and the function's")
+    donates = bool(resolved.donate_argnums or resolved.donate_argnames)
+    entry, compiled_now = _nnx.entry_for(function, signature, compiled, leaves, donates, seconds)
+    if not entry.is_fast:
+        raise _NotRecorded(entry.slow_reason)
+    record = Record(
+        len(args),
+        tuple(kwargs),
+        tuple(inputs),
+        tuple(
+            (name, kwargs[name] if type(name) is str else args[name])
+            for name in _present(statics, args, kwargs)
+        ),
+        tuple(guards),
+        flat_slots,
+        entry,
+        signature,
+        out_treedef,
+    )
+    return record, compiled_now
+
+
+class _Placeholder:
+    """A stand-in output leaf, to read the structure of an executable's outputs."""
+
+    def __init__(self, index):
+        self.index = index
+
+
+def _present(statics, args, kwargs):
+    return [s for s in statics if (type(s) is int and s < len(args)) or (type(s) is str and s in kwargs)]
+
+
+def _dynamic_leaves(pure, statics):
+    """Leaves and structure of the arguments jax.jit keys, static ones left out."""
+    pure_args, pure_kwargs = pure
+    dynamic = (
+        tuple(a for i, a in enumerate(pure_args) if i not in statics),
+        {k: v for k, v in pure_kwargs.items() if k not in statics},
+    )
+    return _pytree.flatten(dynamic)
+
+
+def _holds_node_states(tree):
+    return any(
+        isinstance(leaf, _NodeStates)
+        for leaf in jax.tree_util.tree_leaves(tree, is_leaf=lambda x: isinstance(x, _NodeStates))
+    )
+
+
+def _root_inputs(roots, slots):
+    inputs, start = [], 0
+    for (position, argument, _), (_, root_slots) in zip(roots, slots):
+        stop = start + len(root_slots)
+        inputs.append(
+            Input(_nnx.InputKind.INPUT_ROOT, position, root=argument, slot_start=start, slot_stop=stop)
+        )
+        start = stop
+    return inputs
+
+
+def _slots_and_guards(roots):
+    """Each root's leaf slots in flax's order (a Variable, or (owner, attribute)
+    for an array attribute), and the guards over everything flax's split visits."""
+    ref_index = _graphlib.RefMap()
+    slots = []
+    for position, argument, pure in roots:
+        _, flat = _graphlib.flatten(argument, with_paths=True, ref_index=ref_index, graph=True)
+        root_slots = []
+        for path, leaf, raw in zip(flat.paths, flat.leaves, pure.states[0]):
+            if isinstance(leaf, _Variable):
+                _check_variable(leaf)
+                if _nnx.raw_value(leaf) is not raw:
+                    raise _NotRecorded("a Variable's value is not the split's")
+                root_slots.append(leaf)
+            else:
+                owner = argument
+                for key in path[:-1]:
+                    owner = _graphlib.get_node_impl(owner).node_dict(owner)[key]
+                if not isinstance(_graphlib.get_node_impl(owner), _graphlib.GraphNodeImpl):
+                    raise _NotRecorded("an array inside a container of the graph")
+                if vars(owner).get(path[-1]) is not raw:
+                    raise _NotRecorded("an array attribute that is not the split's")
+                root_slots.append((owner, path[-1]))
+        if len(root_slots) != len(pure.states[0]):
+            raise _NotRecorded("leaves that are neither Variables nor array attributes")
+        slots.append((position, tuple(root_slots)))
+    return slots, _guards([argument for _, argument, _ in roots])
+
+
+def _check_variable(variable):
+    metadata = _nnx.metadata(variable)
+    if metadata.get("hijax") or metadata.get("ref"):
+        raise _NotRecorded("a hijax or ref Variable")
+    if type(_nnx.raw_value(variable)) not in _ARRAY_TYPES:
+        raise _NotRecorded("a Variable whose value is not a jax array")
+    variable._check_can_update()
+
+
+def _guards(roots):
+    """The guard program: one Guard per object flax's split would visit."""
+    guards, seen = [], set()
+
+    def visit(x):
+        if id(x) in seen:
+            return
+        if isinstance(x, _Variable):
+            seen.add(id(x))
+            _check_variable(x)
+            guards.append(Guard(_nnx.GuardKind.GUARD_VARIABLE, x, type(x), expected=dict(_nnx.metadata(x))))
+            return
+        if _variablelib.is_array_ref(x):
+            raise _NotRecorded("an array ref in the graph")
+        kind = type(x)
+        impl = _graphlib.get_node_impl(x)
+        if isinstance(impl, _graphlib.GraphNodeImpl):
+            seen.add(id(x))
+            fields = vars(x)
+            guards.append(_entries_guard(_nnx.GuardKind.GUARD_NODE, x, fields))
+            nodes = x._pytree__nodes if getattr(x, "_pytree__is_pytree", False) else None
+            for key, value in fields.items():
+                if nodes is None or nodes.get(key, False):
+                    visit(value)
+        elif kind is _statelib.State:
+            seen.add(id(x))
+            guards.append(_entries_guard(_nnx.GuardKind.GUARD_NODE, x, vars(x)))
+            visit(x._mapping)
+        elif kind is dict:
+            seen.add(id(x))
+            guards.append(_entries_guard(_nnx.GuardKind.GUARD_DICT, x, x))
+            for value in x.values():
+                visit(value)
+        elif kind is list:
+            seen.add(id(x))
+            guards.append(Guard(_nnx.GuardKind.GUARD_LIST, x, kind, values=tuple(x), size=len(x)))
+            for value in x:
+                visit(value)
+        elif kind is _pytreelib.PytreeState:
+            guards.append(
+                Guard(_nnx.GuardKind.GUARD_FLAGS, x, kind, expected=tuple(getattr(x, f) for f in _FLAGS))
+            )
+        elif issubclass(kind, tuple):  # immutable: its children only
+            for value in x:
+                visit(value)
+        elif impl is not None:
+            raise _NotRecorded(f"a {kind.__name__} container in the graph")
+        # anything else is a leaf or a static value: its parent's guard holds it
+
+    for root in roots:
+        visit(root)
+    return guards
+
+
+def _entries_guard(kind, target, fields):
+    keys = tuple(fields)
+    values = tuple(ARRAY_SLOT if type(value) in _ARRAY_TYPES else value for value in fields.values())
+    return Guard(kind, target, type(target), keys=keys, values=values, size=len(fields))
+
+
+_nnx.configure(
+    _Variable._raw_value,
+    _Variable._var_metadata,
+    _graphlib.GRAPH_CONTEXT,
+    miss,
+    _FLAGS,
+)
