@@ -32,7 +32,7 @@ from fastdispatch._cache cimport CacheEntry, CompiledFunctionCache
 from fastdispatch._clock cimport now_ns
 from fastdispatch._dispatch cimport (
     AT_END, AT_FLATTENED, AT_FOUND, AT_KEYED, AT_LAUNCHED, AT_START, WATCH_CLOCK, WATCH_SPANS,
-    CallTimes, CompiledFunction, PreviousCall, end_phase, reached, record_call, start_watch)
+    CallTimes, PreviousCall, end_phase, reached, record_call, start_watch)
 from fastdispatch._execute cimport Executable, make_executable
 from fastdispatch._pytree cimport TreeDef, flatten_into
 from fastdispatch._signature cimport (

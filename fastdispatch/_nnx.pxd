@@ -56,12 +56,12 @@ cdef class Record:
 
 
 cdef class NnxJitFunction:
-    cdef readonly object flax_function # flax's own nnx.jit of the function: misses and fallbacks
-    cdef readonly object jitted        # its jax.jit (jax's own): the source of executables
-    cdef readonly bint fast            # graph mode with graph updates, no sharding prefixes
-    cdef FunctionCache entries         # our part of the shared LRU
-    cdef tuple records                 # Record, most recently used first
-    cdef str _span_name                # its calls' span under jax.profiler
+    cdef readonly object flax_function  # flax's own nnx.jit of the function: misses and fallbacks
+    cdef readonly object jitted         # its jax.jit (jax's own): the source of executables
+    cdef readonly bint fast             # graph mode with graph updates, no sharding prefixes
+    cdef FunctionCache entries          # our part of the shared LRU
+    cdef tuple records                  # Record, most recently used first
+    cdef str _span_name                 # its calls' span under jax.profiler
     cdef dict __dict__
     cdef object __weakref__
 

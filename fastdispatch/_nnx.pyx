@@ -23,14 +23,14 @@ graph's structure and returns no graph node; everything else is flax's call.
 """
 from cpython.dict cimport PyDict_GetItem, PyDict_Next, PyDict_SetItem, PyDict_Size
 from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
-from cpython.object cimport Py_EQ, PyObject, PyObject_RichCompareBool, Py_TYPE
+from cpython.object cimport PyObject, Py_TYPE
 from cpython.ref cimport Py_XDECREF
 from cpython.sequence cimport PySequence_Fast_ITEMS
 from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE
 
-from fastdispatch._cache cimport CacheEntry, CompiledFunctionCache, FunctionCache
+from fastdispatch._cache cimport CacheEntry, CompiledFunctionCache
 from fastdispatch._dispatch cimport (
-    AT_END, AT_FLATTENED, AT_FOUND, AT_LAUNCHED, AT_START, WATCH_CLOCK, WATCH_SPANS,
+    AT_END, AT_FOUND, AT_LAUNCHED, AT_START, WATCH_CLOCK, WATCH_SPANS,
     CallTimes, end_phase, reached, record_call, start_watch)
 from fastdispatch._execute cimport make_executable
 from fastdispatch._pytree cimport TreeDef, flatten_into
@@ -380,7 +380,6 @@ cdef class NnxJitFunction:
         """flax's own call; then, if its executable keeps the graph, a new Record."""
         if times.watch:
             reached(times, AT_FOUND, "flax", "miss")
-        cdef long long compile_ns = 0
         try:
             out, record, compiled = _flax_miss(self, args, kwargs)
         except BaseException:
@@ -435,4 +434,3 @@ cdef class NnxJitFunction:
 
     def __repr__(self):
         return f"<fastdispatch nnx.jit of {self.flax_function.fun!r}>"
-
