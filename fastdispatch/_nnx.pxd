@@ -19,7 +19,7 @@ cpdef enum InputKind:
 
 
 cdef class Guard:
-    cdef int kind                  # a GuardKind
+    cdef readonly int kind         # a GuardKind
     cdef object target             # the object checked (held: Variables have no weak references)
     cdef object target_type        # NODE, VARIABLE: its type
     cdef tuple keys                # NODE, DICT: the keys checked
@@ -30,29 +30,30 @@ cdef class Guard:
 
 
 cdef class Input:
-    cdef int kind                  # an InputKind
+    cdef readonly int kind         # an InputKind
     cdef readonly object position  # an int (positional) or a str (keyword) of the call
-    cdef object root               # ROOT: the graph node the call passes there
+    cdef readonly object root      # ROOT: the graph node the call passes there
     cdef TreeDef treedef           # PLAIN: the argument's structure
-    cdef Py_ssize_t slot_start     # ROOT: its slots, [slot_start, slot_stop)
-    cdef Py_ssize_t slot_stop
+    cdef readonly Py_ssize_t slot_start  # ROOT: its slots, [slot_start, slot_stop)
+    cdef readonly Py_ssize_t slot_stop
 
 
 cdef class Record:
     cdef Py_ssize_t nargs          # positional arguments of the calls it matches
     cdef tuple kwnames             # their keyword names, in call order
-    cdef tuple inputs              # Input per argument the executable takes, in its order
+    cdef readonly tuple inputs     # Input per argument the executable takes, in its order
     cdef tuple statics             # (position, value) of each static argument
-    cdef tuple guards              # Guard: the graph is the recorded one
-    cdef tuple slots               # per root leaf, in order: a Variable, or (owner, attribute)
+    cdef readonly tuple guards     # Guard: the graph is the recorded one
+    cdef readonly tuple slots      # per root leaf, in order: a Variable, or (owner, attribute)
     cdef CacheEntry entry          # the executable of this structure
     cdef CallSignature signature   # the recorded leaves: the identity guard of the inputs
     cdef TreeDef out_treedef       # the structure of what the function returns
-    cdef Py_ssize_t num_slots
+    cdef readonly Py_ssize_t num_slots
 
     cdef bint matches(self, tuple args, dict kwargs) except -1
     cdef list gather(self, tuple args, dict kwargs)
     cdef object scatter(self, list outputs)
+    cdef int write(self, list outputs) except -1
 
 
 cdef class NnxJitFunction:
@@ -66,6 +67,6 @@ cdef class NnxJitFunction:
     cdef object __weakref__
 
     cdef object _call(self, tuple args, dict kwargs, CallTimes* times)
-    cdef object _miss(self, tuple args, dict kwargs, CallTimes* times)
+    cdef object _miss(self, tuple args, dict kwargs, Record holding, CallTimes* times)
     cdef object _fallback(self, tuple args, dict kwargs, str reason, CallTimes* times)
     cdef object _run(self, Record record, list inputs, CallTimes* times)

@@ -96,11 +96,15 @@ def metadata(variable):
 
 def signature_of(TreeDef treedef, list leaves):
     """The CallSignature of a split call's dynamic leaves, under jax's context now."""
-    cdef LeafKind refused = LEAF_ARRAY
-    signature = make_signature(treedef, leaves, (), _trace_context(), (), &refused)
+    signature = _signature_of(treedef, leaves, _trace_context())
     if signature is None:
         raise TypeError("a leaf the dispatcher does not key")
     return signature
+
+
+cdef CallSignature _signature_of(TreeDef treedef, list leaves, tuple context):
+    cdef LeafKind refused = LEAF_ARRAY
+    return make_signature(treedef, leaves, (), context, (), &refused)
 
 
 def entry_for(NnxJitFunction function, CallSignature signature, compiled, list leaves,
@@ -164,6 +168,10 @@ cdef class Guard:
         self.values = tuple(values)
         self.size = size
         self.expected = expected
+
+    def holds_now(self):
+        """Whether the object still holds what it held when recorded."""
+        return self.holds()
 
     cdef bint holds(self) except -1:
         cdef object target = self.target
@@ -289,8 +297,28 @@ cdef class Record:
                     return None
         return leaves
 
+    def with_entry(self, CacheEntry entry, CallSignature signature, TreeDef out_treedef,
+                   tuple inputs):
+        """A Record of the same graph (guards, slots) for another executable."""
+        return Record(self.nargs, self.kwnames, inputs, self.statics, self.guards, self.slots,
+                      entry, signature, out_treedef)
+
+    def gather_now(self, tuple args, dict kwargs):
+        """The leaves a call with these arguments would feed the executable (or None)."""
+        return self.gather(args, kwargs)
+
+    def write_slots(self, list outputs):
+        """Write the roots' new values (the first outputs) into their slots."""
+        self.write(outputs)
+
     cdef object scatter(self, list outputs):
         """Write the roots' new values into their slots; return the function's output."""
+        self.write(outputs)
+        if self.out_treedef.num_nodes == 1 and self.out_treedef.num_leaves == 1:
+            return <object>PyList_GET_ITEM(outputs, self.num_slots)
+        return self.out_treedef.unflatten(outputs[self.num_slots:])
+
+    cdef int write(self, list outputs) except -1:
         cdef Py_ssize_t j
         cdef object value
         for j in range(self.num_slots):
@@ -300,9 +328,7 @@ cdef class Record:
                 PyDict_SetItem(PyObject_GenericGetDict(slot[0], NULL), slot[1], value)
             else:
                 _set_raw(<PyObject*>_raw_value, <PyObject*>slot, <PyObject*>value)
-        if self.out_treedef.num_nodes == 1 and self.out_treedef.num_leaves == 1:
-            return <object>PyList_GET_ITEM(outputs, self.num_slots)
-        return self.out_treedef.unflatten(outputs[self.num_slots:])
+        return 0
 
 
 # The most records kept per function: train and eval states of one model, say.
@@ -349,18 +375,27 @@ cdef class NnxJitFunction:
             return self._fallback(args, kwargs, "cached_partial", times)
         context = _trace_context()
         records = self.records
+        cdef Record holding = None   # a record whose graph this call has, for other shapes
         for i in range(PyTuple_GET_SIZE(records)):
             record = <Record>PyTuple_GET_ITEM(records, i)
             if record.entry.evicted or not record.matches(args, kwargs):
                 continue
             inputs = record.gather(args, kwargs)
-            if inputs is None or not record.signature.matches_leaves(
-                    PySequence_Fast_ITEMS(inputs), PyList_GET_SIZE(inputs), context):
+            if inputs is None:
                 continue
+            holding = record
+            if not record.signature.matches_leaves(
+                    PySequence_Fast_ITEMS(inputs), PyList_GET_SIZE(inputs), context):
+                # Equal avals, other objects (values another executable made):
+                # the same executable; its own objects guard the next call.
+                signature = _signature_of(record.signature.treedef, inputs, context)
+                if signature is None or not (signature == record.signature):
+                    continue
+                record.signature = signature
             if i:
                 self.records = (record,) + records[:i] + records[i + 1:]
             return self._run(record, inputs, times)
-        return self._miss(args, kwargs, times)
+        return self._miss(args, kwargs, holding, times)
 
     cdef object _run(self, Record record, list inputs, CallTimes* times):
         if times.watch:
@@ -376,12 +411,14 @@ cdef class NnxJitFunction:
             record_call(self, times, True, 0, None, record.entry.signature)
         return out
 
-    cdef object _miss(self, tuple args, dict kwargs, CallTimes* times):
-        """flax's own call; then, if its executable keeps the graph, a new Record."""
+    cdef object _miss(self, tuple args, dict kwargs, Record holding, CallTimes* times):
+        """flax's split and jax.jit (a trace and a compile for a new structure);
+        flax's merge, or, when ``holding``'s graph is the call's and the
+        executable keeps it, a write-back into its slots; then a new Record."""
         if times.watch:
             reached(times, AT_FOUND, "flax", "miss")
         try:
-            out, record, compiled = _flax_miss(self, args, kwargs)
+            out, record, compiled = _flax_miss(self, args, kwargs, holding)
         except BaseException:
             if times.watch:
                 reached(times, AT_END, None)

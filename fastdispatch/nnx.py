@@ -109,17 +109,28 @@ def jit(
 # -- a call flax runs ---------------------------------------------------------------
 
 
-def miss(function, args, kwargs):
-    """flax's own call, then a Record of the graph it left when the fast path
-    can run the next call on it: ``(output, record or None, compiled)``,
-    ``compiled`` true when the call's executable is new to the cache."""
+def miss(function, args, kwargs, holding):
+    """A call the fast path has no executable for, as flax makes it: its split,
+    its jax.jit (which traces and compiles a new structure), then its merge; or,
+    when ``holding`` (a Record) proves the call's graph is the recorded one and
+    the executable keeps the graph, a write-back into that record's slots, which
+    leaves the graph's objects (and every record of them) as they are.  Returns
+    ``(output, record or None, compiled)``: a Record for the next call on the
+    graph left behind, and whether the executable is new to the cache."""
     flax_function = function.flax_function
-    before = _split(flax_function, args, kwargs)
-    began = time.perf_counter()
-    out = flax_function(*args, **kwargs)
-    seconds = time.perf_counter() - began
+    with _graphlib.update_context(flax_function):
+        before = flax_function._get_pure_args_kwargs(args, kwargs)
+        began = time.perf_counter()
+        outputs = flax_function.jitted_fn(*before[0], **before[1])
+        seconds = time.perf_counter() - began
+        kept = holding is not None and _keeps_graph(outputs, before, holding)
+        if kept:
+            holding.write_slots(jax.tree_util.tree_leaves(outputs))
+            out = outputs[2]
+        else:
+            out = flax_function._get_non_pure_out(*outputs)
     try:
-        record, compiled = _record(function, args, kwargs, before, seconds)
+        record, compiled = _record(function, args, kwargs, before, seconds, holding if kept else None)
     except _NotRecorded:
         return out, None, False
     return out, record, compiled
@@ -129,75 +140,102 @@ class _NotRecorded(Exception):
     """The graph after this call is not one the fast path can run on."""
 
 
+def _keeps_graph(outputs, before, record):
+    """The executable returned every root's graph as it came in, and no graph node."""
+    args_out, kwargs_out, out = outputs
+    roots = 0
+    for item in record.inputs:
+        if item.kind != _nnx.InputKind.INPUT_ROOT:
+            continue
+        position = item.position
+        came = (before[0] if type(position) is int else before[1])[position]
+        went = (args_out if type(position) is int else kwargs_out)[position]
+        if not isinstance(went, _NodeStates) or went.graphdef != came.graphdef.with_same_outer_index():
+            return False
+        roots += len(went.states[0])
+    return roots == record.num_slots and not _holds_node_states(out)
+
+
 def _split(flax_function, args, kwargs):
     """flax's split of the call's arguments: (pure args, pure kwargs)."""
     with _graphlib.update_context(flax_function):
         return flax_function._get_pure_args_kwargs(args, kwargs)
 
 
-def _record(function, args, kwargs, before, seconds):
+def _record(function, args, kwargs, before, seconds, holding):
+    """The Record of the graph this call left, for the executable it ran;
+    ``holding``: the record of the same graph, when the call kept it."""
     resolved = _jax.resolved_arguments(function.jitted)
     statics = {i % len(args) if -len(args) <= i < len(args) else i for i in resolved.static_argnums}
     statics |= set(resolved.static_argnames)
-    after = _split(function.flax_function, args, kwargs)
     leaves_before, treedef = _dynamic_leaves(before, statics)
-    leaves, treedef_after = _dynamic_leaves(after, statics)
-    if treedef_after != treedef:
-        raise _NotRecorded("the call changed the graph")
 
-    # The executable flax's jax.jit runs for this structure (from its caches).
+    # The executable flax's jax.jit ran (from its caches).
     with warnings.catch_warnings(), _graphlib.update_context(function.flax_function):
         warnings.simplefilter("ignore")
         compiled = function.jitted.lower(*before[0], **before[1]).compile()
     outputs = jax.tree_util.tree_unflatten(
         compiled.out_tree, [_Placeholder(i) for i in range(compiled.out_tree.num_leaves)]
     )
-
-    inputs, roots = [], []
-    positions = [i for i in range(len(args)) if i not in statics]
-    positions += sorted(name for name in kwargs if name not in statics)
-    for position in positions:
-        argument = args[position] if type(position) is int else kwargs[position]
-        pure = (after[0] if type(position) is int else after[1])[position]
-        if _graphlib.is_graph_node(argument):
-            out = (outputs[0] if type(position) is int else outputs[1])[position]
-            if not isinstance(pure, _NodeStates) or not isinstance(out, _NodeStates):
-                raise _NotRecorded("a graph argument flax does not split as a node")
-            if out.graphdef != pure.graphdef.with_same_outer_index():
-                raise _NotRecorded("the executable changes the graph")
-            roots.append((position, argument, pure))
-        elif _holds_node_states(pure):
-            raise _NotRecorded("graph nodes inside a container argument")
-        else:
-            inputs.append(Input(_nnx.InputKind.INPUT_PLAIN, position, treedef=_pytree.flatten(argument)[1]))
     if _holds_node_states(outputs[2]):
         raise _NotRecorded("the function returns graph nodes")
 
-    slots, guards = _slots_and_guards(roots)
-    inputs = _root_inputs(roots, slots) + inputs
-    inputs.sort(key=lambda item: positions.index(item.position))
-    flat_slots = tuple(slot for _, root_slots in slots for slot in root_slots)
+    positions = [i for i in range(len(args)) if i not in statics]
+    positions += sorted(name for name in kwargs if name not in statics)
+    if holding is not None:
+        guards, slots = holding.guards, holding.slots
+        inputs = [
+            item if item.kind == _nnx.InputKind.INPUT_ROOT else _plain_input(item.position, args, kwargs)
+            for item in holding.inputs
+        ]
+        leaves = holding.gather_now(args, kwargs)
+        if leaves is None:
+            raise _NotRecorded("an argument's structure changed")
+    else:
+        after = _split(function.flax_function, args, kwargs)
+        leaves, treedef_after = _dynamic_leaves(after, statics)
+        if treedef_after != treedef:
+            raise _NotRecorded("the call changed the graph")
+        roots, inputs = [], []
+        for position in positions:
+            argument = args[position] if type(position) is int else kwargs[position]
+            pure = (after[0] if type(position) is int else after[1])[position]
+            if _graphlib.is_graph_node(argument):
+                out = (outputs[0] if type(position) is int else outputs[1])[position]
+                if not isinstance(pure, _NodeStates) or not isinstance(out, _NodeStates):
+                    raise _NotRecorded("a graph argument flax does not split as a node")
+                if out.graphdef != pure.graphdef.with_same_outer_index():
+                    raise _NotRecorded("the executable changes the graph")
+                roots.append((position, argument, pure))
+            elif _holds_node_states(pure):
+                raise _NotRecorded("graph nodes inside a container argument")
+            else:
+                inputs.append(_plain_input(position, args, kwargs))
+        root_slots, guards = _slots_and_guards(roots)
+        inputs = _root_inputs(roots, root_slots) + inputs
+        inputs.sort(key=lambda item: positions.index(item.position))
+        slots = tuple(slot for _, each in root_slots for slot in each)
 
     signature = _nnx.signature_of(treedef, leaves)
     if signature != _nnx.signature_of(treedef, leaves_before):
         raise _NotRecorded("the call changed its arguments' shapes")
     out_leaves, out_treedef = _pytree.flatten(outputs[2])
-    if len(flat_slots) + len(out_leaves) != compiled.out_tree.num_leaves:
+    if len(slots) + len(out_leaves) != compiled.out_tree.num_leaves:
         raise _NotRecorded("outputs that are not the graph's leaves and the function's")
     donates = bool(resolved.donate_argnums or resolved.donate_argnames)
     entry, compiled_now = _nnx.entry_for(function, signature, compiled, leaves, donates, seconds)
     if not entry.is_fast:
         raise _NotRecorded(entry.slow_reason)
+    if holding is not None:
+        return holding.with_entry(entry, signature, out_treedef, tuple(inputs)), compiled_now
+    present = [s for s in statics if (type(s) is int and s < len(args)) or (type(s) is str and s in kwargs)]
     record = Record(
         len(args),
         tuple(kwargs),
         tuple(inputs),
-        tuple(
-            (name, kwargs[name] if type(name) is str else args[name])
-            for name in _present(statics, args, kwargs)
-        ),
+        tuple((s, args[s] if type(s) is int else kwargs[s]) for s in present),
         tuple(guards),
-        flat_slots,
+        slots,
         entry,
         signature,
         out_treedef,
@@ -205,15 +243,16 @@ def _record(function, args, kwargs, before, seconds):
     return record, compiled_now
 
 
+def _plain_input(position, args, kwargs):
+    argument = args[position] if type(position) is int else kwargs[position]
+    return Input(_nnx.InputKind.INPUT_PLAIN, position, treedef=_pytree.flatten(argument)[1])
+
+
 class _Placeholder:
     """A stand-in output leaf, to read the structure of an executable's outputs."""
 
     def __init__(self, index):
         self.index = index
-
-
-def _present(statics, args, kwargs):
-    return [s for s in statics if (type(s) is int and s < len(args)) or (type(s) is str and s in kwargs)]
 
 
 def _dynamic_leaves(pure, statics):

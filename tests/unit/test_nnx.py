@@ -1,0 +1,228 @@
+"""fastdispatch.nnx: the private flax names it relies on, the records and their
+guards, and which calls the fast path serves."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+from flax import nnx
+from flax.nnx import extract, graphlib, pytreelib, variablelib
+from flax.nnx.transforms import compilation
+
+import fastdispatch
+from fastdispatch import _dispatch, _nnx
+from fastdispatch import nnx as fnnx
+
+
+class Recording:
+    def __init__(self):
+        self.calls = []
+
+    def record(self, fn, times, hit, compile_ns, fallback, signature):
+        assert list(times) == sorted(times)
+        self.calls.append("hit" if hit else fallback or "compile")
+
+
+@pytest.fixture
+def sink():
+    recording = Recording()
+    _dispatch.set_trace_sink(recording)
+    yield recording
+    _dispatch.set_trace_sink(None)
+
+
+class Block(nnx.Module):
+    def __init__(self, rngs):
+        self.linear = nnx.Linear(3, 3, rngs=rngs)
+        self.norm = nnx.BatchNorm(3, rngs=rngs)
+        self.scale = jnp.float32(2)  # an array attribute
+
+    def __call__(self, x):
+        return self.norm(self.linear(x)) * self.scale
+
+
+def forward(model, x):
+    return model(x)
+
+
+X = jnp.linspace(0, 1, 12).reshape(4, 3)
+
+
+# -- flax's private names ---------------------------------------------------------------
+
+
+def test_flax_names_used():
+    block = Block(nnx.Rngs(0))
+    wrapped = compilation.jit(forward)
+    assert type(wrapped) is compilation.JitWrapped and fnnx._flax_jit is compilation.jit
+    with graphlib.update_context(wrapped):
+        pure_args, pure_kwargs = wrapped._get_pure_args_kwargs((block, X), {})
+    assert isinstance(pure_args[0], extract.NodeStates) and pure_kwargs == {}
+    graphdef = pure_args[0].graphdef
+    assert graphdef.with_same_outer_index() == graphdef.with_same_outer_index()
+    assert graphlib.GRAPH_CONTEXT.tmp_static_cache is None
+    _, flat = graphlib.flatten(block, with_paths=True, ref_index=graphlib.RefMap(), graph=True)
+    assert len(flat.leaves) == len(pure_args[0].states[0])
+    assert graphlib.is_graph_node(block) and not graphlib.is_graph_node(X)
+    assert isinstance(graphlib.get_node_impl(block), graphlib.GraphNodeImpl)
+    kernel = block.linear.kernel
+    assert _nnx.raw_value(kernel) is kernel.get_raw_value()
+    assert _nnx.metadata(kernel) is kernel._var_metadata and not variablelib.is_array_ref(kernel)
+    kernel._check_can_update()
+    assert isinstance(block._pytree__state, pytreelib.PytreeState)
+    assert all(hasattr(block._pytree__state, flag) for flag in fnnx._FLAGS)
+    assert block._pytree__is_pytree and block._pytree__nodes["linear"] is True
+    state = nnx.State({"a": 1})
+    assert state._mapping is state.raw_mapping
+    assert callable(wrapped.jitted_fn.lower)
+
+
+# -- records and guards ---------------------------------------------------------------
+
+
+def test_steady_state_calls_take_the_fast_path(sink):
+    block = Block(nnx.Rngs(0))
+    jitted = fnnx.jit(forward)
+    for _ in range(4):
+        jitted(block, X)
+    assert sink.calls == ["compile", "hit", "hit", "hit"]
+    assert len(jitted._records()) == 1
+
+
+def changes():
+    """Each changes a Block between calls so that flax's split would see another
+    graph (or another Variable): the next call must not be a hit."""
+
+    def replace_variable(block):
+        block.linear.bias = nnx.Param(jnp.ones(3))
+
+    def set_metadata(block):
+        block.linear.kernel.set_metadata(note="changed")
+
+    def new_attribute(block):
+        block.extra = nnx.Param(jnp.zeros(1))
+
+    def eval_mode(block):
+        block.eval()
+
+    def new_array_attribute_type(block):
+        block.scale = 2.0  # a Python float now: static, not an array
+
+    def replace_submodule(block):
+        block.linear = nnx.Linear(3, 3, rngs=nnx.Rngs(7))
+
+    return [
+        replace_variable,
+        set_metadata,
+        new_attribute,
+        eval_mode,
+        new_array_attribute_type,
+        replace_submodule,
+    ]
+
+
+@pytest.mark.parametrize("change", changes(), ids=lambda f: f.__name__)
+def test_a_changed_graph_is_flax_s_call_then_recorded_again(sink, change):
+    ours, reference = Block(nnx.Rngs(0)), Block(nnx.Rngs(0))
+    jitted, flax_jitted = fnnx.jit(forward), nnx.jit(forward)
+    for block, fn in ((ours, jitted), (reference, flax_jitted)):
+        fn(block, X)
+        fn(block, X)
+        change(block)
+    del sink.calls[:]
+    for _ in range(3):
+        np.testing.assert_array_equal(jitted(ours, X), flax_jitted(reference, X))
+    assert sink.calls[0] != "hit" and sink.calls[-1] == "hit"
+    for a, b in zip(jax.tree.leaves(nnx.state(ours)), jax.tree.leaves(nnx.state(reference))):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_a_new_input_shape_is_another_record(sink):
+    block = Block(nnx.Rngs(0))
+    jitted = fnnx.jit(forward)
+    for x in (X, X, X[:2], X[:2], X, X[:2]):
+        jitted(block, x)
+    assert sink.calls == ["compile", "hit", "compile", "hit", "hit", "hit"]
+
+
+def test_calls_flax_runs_itself(sink):
+    block = Block(nnx.Rngs(0))
+    jitted = fnnx.jit(forward)
+    jitted(block, X)
+    jax.jit(lambda x: jitted(Block(nnx.Rngs(1)), x))(X)
+    linear = nnx.Linear(3, 3, rngs=nnx.Rngs(0))  # cached_partial takes no array attributes
+    cached = nnx.cached_partial(jitted, linear)
+    cached(X)
+    tree_mode = fnnx.jit(forward, graph=False)
+    tree_mode(block, X)
+    assert sink.calls == ["compile", "tracer", "cached_partial", "not graph mode with graph updates"]
+
+
+def test_functions_returning_new_modules_are_not_recorded(sink):
+    make = fnnx.jit(lambda rngs: nnx.Linear(2, 2, rngs=rngs))
+    rngs = nnx.Rngs(0)
+    first, second = make(rngs), make(rngs)
+    assert first is not second and not make._records()
+    assert "hit" not in sink.calls
+
+
+def test_records_are_bounded_and_most_recent_first():
+    jitted = fnnx.jit(forward)
+    blocks = [Block(nnx.Rngs(i)) for i in range(6)]
+    for block in blocks:
+        jitted(block, X)
+    records = jitted._records()
+    assert len(records) == 4
+    jitted.clear_cache()
+    assert jitted._records() == [] and jitted._cache_size() == 0
+
+
+def test_training_with_an_optimizer_stays_on_the_fast_path(sink):
+    model = Block(nnx.Rngs(0))
+    optimizer = nnx.Optimizer(model, optax.sgd(0.1), wrt=nnx.Param)
+
+    @fnnx.jit
+    def step(model, optimizer, x):
+        loss, grads = nnx.value_and_grad(lambda m: (m(x) ** 2).mean())(model)
+        optimizer.update(model, grads)
+        return loss
+
+    losses = [float(step(model, optimizer, X)) for _ in range(5)]
+    assert sink.calls == ["compile"] + ["hit"] * 4
+    assert losses == sorted(losses, reverse=True)
+
+
+def test_the_wrapper_looks_like_the_function():
+    def step(model, x):
+        """Step docs."""
+        return model(x)
+
+    jitted = fnnx.jit(step)
+    assert jitted.__wrapped__ is step and jitted.__name__ == "step" and jitted.__doc__ == "Step docs."
+    assert repr(jitted).startswith("<fastdispatch nnx.jit of <function")
+    assert isinstance(fastdispatch.nnx.jit(static_argnums=1), type(fnnx.jit(static_argnums=1)))
+
+
+def test_trace_report_names_the_user_function():
+    block = Block(nnx.Rngs(0))
+    jitted = fnnx.jit(forward)
+    with fastdispatch.trace() as t:
+        for _ in range(3):
+            jitted(block, X)
+    (row,) = t.stats().values()
+    assert row["name"] == "forward" and row["location"].endswith(
+        f"test_nnx.py:{forward.__code__.co_firstlineno}"
+    )
+    assert (row["calls"], row["hits"], row["compiles"]) == (3, 2, 1)
+
+
+def test_guard_kinds_are_the_ones_flax_split_visits():
+    model = Block(nnx.Rngs(0))
+    optimizer = nnx.Optimizer(model, optax.adam(1e-3), wrt=nnx.Param)
+    guards = fnnx._guards([model, optimizer])
+    kinds = {_nnx.GuardKind(guard.kind).name for guard in guards}
+    assert kinds == {"GUARD_NODE", "GUARD_DICT", "GUARD_VARIABLE", "GUARD_FLAGS"}
+    assert all(guard.holds_now() for guard in guards)
+    model.eval()
+    assert not all(guard.holds_now() for guard in guards)
