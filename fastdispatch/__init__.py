@@ -23,6 +23,10 @@ def __getattr__(name):
         from fastdispatch.equinox import filter_jit
 
         return filter_jit
+    if name == "nnx":
+        import fastdispatch.nnx
+
+        return fastdispatch.nnx
     raise AttributeError(f"module 'fastdispatch' has no attribute {name!r}")
 
 

@@ -133,12 +133,19 @@ def patch_jax():
 
     jax.jit = fastdispatch.jit
     when_imported("equinox", patch_equinox)
+    when_imported("flax.nnx", patch_nnx)
 
 
 def patch_equinox(equinox):
     from fastdispatch.equinox import filter_jit
 
     equinox.filter_jit = filter_jit
+
+
+def patch_nnx(flax_nnx):
+    from fastdispatch.nnx import jit
+
+    flax_nnx.jit = jit
 
 
 def when_imported(name, patch):

@@ -99,9 +99,11 @@ def jit(
     if fun is MISSING:
         return functools.partial(jit, **options)
     flax_function = _flax_jit(fun, **options)  # flax checks the options, with its messages
+    # Under `python -m fastdispatch`, flax's jax.jit is a CompiledFunction: flax's
+    # calls use jax's own, so that each call is recorded once, as this function's.
+    flax_function.jitted_fn = _dispatch.jax_function(flax_function.jitted_fn)
     fast = type(flax_function) is _compilation.JitWrapped and in_shardings is None and out_shardings is None
-    jitted = _dispatch.jax_function(flax_function.jitted_fn) if fast else None
-    function = NnxJitFunction(flax_function, jitted, fast)
+    function = NnxJitFunction(flax_function, flax_function.jitted_fn if fast else None, fast)
     functools.update_wrapper(function, fun)
     return function
 

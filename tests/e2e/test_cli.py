@@ -382,3 +382,51 @@ def test_a_program_without_equinox_does_not_import_it(tmp_path):
     result = run_cli(tmp_path, "--trace", "plain.py")
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "False"
+
+
+NNX_PROGRAM = """\
+    import jax
+    import jax.numpy as jnp
+    import optax
+    from flax import nnx
+
+    import fastdispatch
+
+
+    class Model(nnx.Module):
+        def __init__(self, rngs):
+            self.linear = nnx.Linear(4, 1, rngs=rngs)
+
+        def __call__(self, x):
+            return self.linear(x)
+
+
+    model = Model(nnx.Rngs(0))
+    optimizer = nnx.Optimizer(model, optax.sgd(0.1), wrt=nnx.Param)
+
+
+    @nnx.jit
+    def train_step(model, optimizer, x, y):
+        loss, grads = nnx.value_and_grad(lambda m: jnp.mean((m(x) - y) ** 2))(model)
+        optimizer.update(model, grads)
+        return loss
+
+
+    assert isinstance(train_step, fastdispatch.nnx.NnxJitFunction)
+    x, y = jnp.ones((8, 4)), jnp.zeros((8, 1))
+    for _ in range(10):
+        loss = train_step(model, optimizer, x, y)
+    print("loss", float(loss))
+    """
+
+
+def test_flax_nnx_jit_is_routed_and_named_after_the_user_function(tmp_path):
+    write(tmp_path / "train_nnx.py", NNX_PROGRAM)
+    result = run_cli(tmp_path, "--trace", "train_nnx.py")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("loss ")
+    row = row_of(result.stderr, "train_step")
+    assert row.startswith("train_step (train_nnx.py:21)")  # where the decorated step starts
+    calls, hits, compiles = row.split()[2:5]
+    assert (calls, hits, compiles) == ("10", "9", "1")
+    assert "compilation.py" not in result.stderr
