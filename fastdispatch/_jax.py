@@ -31,7 +31,9 @@ Private names used, all read here only:
   MeshExecutable._in_shardings, in_avals, _dispatch_in_layouts
                                           what the executable expects of each kept input
   jax._src.dispatch.needs_check_special   jax_debug_nans / jax_debug_infs
-  jaxlib batched_device_put               puts a converted Python scalar on its device
+  jaxlib batched_device_put               puts a converted Python scalar on its devices
+  Sharding._addressable_device_assignment this process's devices of a sharding, in the
+                                          order jax's own shard_args puts a scalar on them
 """
 
 from __future__ import annotations
@@ -250,8 +252,28 @@ def executable_parts(compiled) -> ExecutableParts | str:
     )
 
 
-def put_scalar(value, aval, sharding, device):
+def scalar_devices(sharding) -> tuple | str:
+    """The devices, in order, that a Python scalar input of this sharding goes to:
+    this process's devices of the sharding (all of them in a one-process program);
+    or a str saying why the fast path cannot put it there.
+
+    A scalar's sharding is replicated (the value is rank 0), over one device or
+    many, and in a multi-process program over other processes' devices too;
+    every process puts the same value on its own devices, as jax's
+    ``pxla._shard_np_array`` does.  (Like jax, nothing checks that every process
+    passed the same value.)"""
+    if not sharding.is_fully_replicated:
+        return "scalar argument with a partitioned sharding"
+    devices = tuple(sharding._addressable_device_assignment)
+    if not devices:
+        return "scalar argument on no device of this process"
+    return devices
+
+
+def put_scalar(value, aval, sharding, devices):
     """A device array holding the Python scalar ``value`` as an input of this
-    aval and (one-device) sharding expects it, converted as jax converts it."""
+    aval and (replicated) sharding expects it, converted as jax converts it: one
+    copy on each of ``devices`` (``scalar_devices(sharding)``), as jax's own
+    ``pxla._shard_np_array`` puts a replicated numpy value."""
     host = np.asarray(value, dtype=aval.dtype)
-    return _xc.batched_device_put(aval, sharding, [host], [device], False)
+    return _xc.batched_device_put(aval, sharding, [host] * len(devices), devices, False)

@@ -10,6 +10,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from subprocess_util import run_in_subprocess
 
 from fastdispatch import _jax
 
@@ -98,8 +99,9 @@ def test_executable_parts_run_the_executable():
     assert parts.kept == (0, 1, 2) and len(parts.in_shardings) == len(parts.in_avals) == 3
     scalar_aval = parts.in_avals[2]
     assert scalar_aval.weak_type and scalar_aval.dtype == np.float32
-    (device,) = parts.in_shardings[2].device_set
-    two = _jax.put_scalar(2.0, scalar_aval, parts.in_shardings[2], device)
+    devices = _jax.scalar_devices(parts.in_shardings[2])
+    assert devices == tuple(parts.in_shardings[2].device_set)
+    two = _jax.put_scalar(2.0, scalar_aval, parts.in_shardings[2], devices)
     assert two.aval == scalar_aval
     outputs = _jax.consume_with_handlers(parts.execute([x, y, two]), parts.out_handlers)
     result = parts.out_treedef.unflatten(outputs)
@@ -148,3 +150,34 @@ def test_dataclass_fields_read_from_register_dataclass():
     registry = _jax.pytree_registry()
     assert _jax.dataclass_fields(registry[Pair].to_iter) == (("x", "y"), ("op",))
     assert _jax.dataclass_fields(registry[Box].to_iter) is None
+
+
+def check_scalar_devices_on_a_mesh():
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from jax.sharding import Mesh, NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    from fastdispatch import _jax
+
+    mesh = Mesh(np.array(jax.devices()).reshape(2, 2), ("a", "b"))
+    x = jax.device_put(jnp.arange(8.0), NamedSharding(mesh, P(("a", "b"))))
+    compiled = compiled_for(lambda v, s: v * s, x, 3.0)
+    parts = _jax.executable_parts(compiled)
+    expected = parts.in_shardings[1]
+    devices = _jax.scalar_devices(expected)
+    # jax's own order: the sharding's device assignment, every device this
+    # process's in a one-process program.
+    assert devices == tuple(mesh.devices.flat), devices
+    three = _jax.put_scalar(3.0, parts.in_avals[1], expected, devices)
+    assert three.sharding == expected and three.aval == parts.in_avals[1]
+    assert [shard.device for shard in three.addressable_shards] == list(devices)
+    outputs = _jax.consume_with_handlers(parts.execute([x, three]), parts.out_handlers)
+    np.testing.assert_array_equal(outputs[0], np.arange(8.0) * 3)
+    assert outputs[0].sharding == jax.jit(lambda v, s: v * s)(x, 3.0).sharding
+    assert _jax.scalar_devices(NamedSharding(mesh, P("a"))) == "scalar argument with a partitioned sharding"
+
+
+def test_scalar_devices_and_put_scalar_on_a_mesh():
+    run_in_subprocess(check_scalar_devices_on_a_mesh, n_devices=4, timeout=120)
