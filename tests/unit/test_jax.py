@@ -5,6 +5,9 @@ jax range in pyproject.toml only once it passes.
 """
 
 import dataclasses
+import os
+import subprocess
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -181,3 +184,52 @@ def check_scalar_devices_on_a_mesh():
 
 def test_scalar_devices_and_put_scalar_on_a_mesh():
     run_in_subprocess(check_scalar_devices_on_a_mesh, n_devices=4, timeout=120)
+
+
+def test_process_of_program_is_none_in_one_process():
+    jax.devices()  # a backend is up: read from it
+    assert _jax.process_of_program() is None
+
+
+GLOO_ON_ADDRESS = """
+import jax, jax.numpy as jnp
+from jax._src import xla_bridge
+from fastdispatch import _jax
+from fastdispatch.distributed import free_port
+
+def refused(match):
+    try:
+        _jax.gloo_on_address("127.0.0.1")
+    except RuntimeError as e:
+        assert match in str(e), e
+    else:
+        raise AssertionError("gloo_on_address did not refuse")
+
+refused("call jax.distributed.initialize first")
+address = f"127.0.0.1:{free_port()}"
+jax.config.update("jax_num_cpu_devices", 2)
+jax.distributed.initialize(address, 1, 0, coordinator_bind_address=address, initialization_timeout=20,
+                           heartbeat_timeout_seconds=10, shutdown_timeout_seconds=5)
+# jax.distributed's record answers before any backend starts (and starts none).
+assert _jax.process_of_program() is None and not xla_bridge.backends_are_initialized()
+_jax.gloo_on_address("127.0.0.1")
+factory = xla_bridge._backend_factories["cpu"].factory
+assert factory.__qualname__ == "gloo_on_address.<locals>.make_cpu_client", factory
+# The backend it makes runs a cross-device collective.
+total = jax.pmap(lambda v: jax.lax.psum(v, "i"), axis_name="i")(jnp.ones(2))
+assert total.tolist() == [2.0, 2.0]
+refused("jax's backends have started already")
+assert _jax.process_of_program() is None
+jax.distributed.shutdown()
+print("GLOO-OK")
+"""
+
+
+def test_gloo_on_address_installs_a_cpu_backend_with_gloo_on_loopback():
+    # A one-process jax.distributed job, in a fresh interpreter: the backend
+    # factory must be replaced before any backend starts.
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    proc = subprocess.run(
+        [sys.executable, "-c", GLOO_ON_ADDRESS], capture_output=True, text=True, timeout=60, env=env
+    )
+    assert proc.returncode == 0 and "GLOO-OK" in proc.stdout, proc.stdout + proc.stderr
