@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import atexit
 import builtins
+import contextlib
 import importlib.machinery
 import os
 import runpy
@@ -108,7 +109,10 @@ def check_writable(path):
         sys.stderr.write(f"{PROG}: error: cannot write --trace-out {path!r}: {e.strerror}\n")
         sys.exit(2)
     if not existed:
-        os.remove(path)
+        # The processes of a multi-process program check the same path at once:
+        # another may have removed it already.
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(path)
 
 
 def check_script(path):
