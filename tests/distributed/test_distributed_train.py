@@ -4,10 +4,12 @@ stays on its fast path, and each process writes its own trace report and file.
 """
 
 import json
+import os
+import subprocess
 import sys
 
 import pytest
-from distributed_util import describe, run_workers
+from distributed_util import TESTS, describe, run_workers
 
 STEPS = 128  # >= 100 calls per function, so that one compile leaves >= 99% hits
 
@@ -56,3 +58,32 @@ def test_each_process_reports_with_its_index(training):
         events = json.loads((out / f"run.process{i}.json").read_text())["traceEvents"]
         assert events[0]["args"]["name"] == f"fastdispatch trace, process {i} of 2"
         assert any(e["name"] == "train_step: launch" for e in events)
+
+
+def test_the_example_trains_the_same_in_every_process():
+    example = os.path.join(os.path.dirname(TESTS), "examples", "distributed_train.py")
+    proc = subprocess.run(
+        [sys.executable, example, "--steps", "48", "--timeout", "60"],
+        capture_output=True,
+        text=True,
+        timeout=90,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    digests = {line.split()[-1] for line in proc.stdout.splitlines() if "final params digest" in line}
+    assert len(digests) == 1, proc.stdout
+    assert "process 0: exited 0" in proc.stdout and "process 1: exited 0" in proc.stdout
+
+
+def test_the_benchmark_checks_then_times_every_process(tmp_path, capsys):
+    from fastdispatch import bench
+
+    out = tmp_path / "bench.json"
+    assert bench.main(["--distributed", "--quick", "--json", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "2 processes x 2 CPU devices, gloo over loopback" in printed
+    assert "fd/jax call" in printed and "0 of 2" in printed and "1 of 2" in printed
+    rows = json.loads(out.read_text())["rows"]
+    assert [(row["process"], row["problems"]) for row in rows] == [(0, []), (1, [])]
+    for row in rows:
+        assert set(row["samples_us"]) == {"jax.jit", "fastdispatch", "raw"}
+        assert row["fast_path"]["compiles"] == 1 and not row["fast_path"]["fallbacks"]
