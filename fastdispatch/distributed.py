@@ -46,6 +46,8 @@ __all__ = [
     "INITIALIZATION_TIMEOUT_S",
     "LOOPBACK",
     "Launch",
+    "NUM_PROCESSES_ENV",
+    "PROCESS_ID_ENV",
     "ProcessResult",
     "SHUTDOWN_TIMEOUT_S",
     "free_port",
