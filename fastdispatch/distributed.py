@@ -71,6 +71,7 @@ HEARTBEAT_TIMEOUT_S = 10
 SHUTDOWN_TIMEOUT_S = 10
 COLLECTIVE_TIMEOUT_S = 20
 COLLECTIVE_TIMEOUT_FLAG = "--xla_cpu_collective_timeout_seconds"
+READER_JOIN_S = 5.0  # waiting for the rest of an ended process's output
 
 
 def free_port() -> int:
@@ -271,6 +272,9 @@ def launch(
         }
     )
     base["XLA_FLAGS"] = _with_collective_timeout(base.get("XLA_FLAGS", ""))
+    # gRPC (the coordinator's channel) honours proxy variables: never for loopback.
+    for name in ("no_proxy", "NO_PROXY"):
+        base[name] = ",".join(filter(None, [base.get(name, ""), LOOPBACK]))
 
     started = time.monotonic()
     running = {}  # process id -> (Popen, [stdout lines], [stderr lines], reader threads)
@@ -310,7 +314,8 @@ def launch(
                     proc.kill()
                     proc.wait()
                 for reader in readers:
-                    reader.join()
+                    # Bounded too: a child of the process may hold its pipes open.
+                    reader.join(timeout=READER_JOIN_S)
                 del running[i]
                 output = "".join(out), "".join(err)
                 ended[i] = ProcessResult(i, proc.returncode, now - started, *output, stopped)

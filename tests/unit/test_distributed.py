@@ -17,9 +17,11 @@ def python(code):
 def test_every_process_gets_its_place_and_the_bounds():
     code = (
         "import os; print(*(os.environ[k] for k in ('FASTDISPATCH_PROCESS_ID', 'FASTDISPATCH_NUM_PROCESSES',"
-        " 'JAX_COORDINATOR_ADDRESS', 'JAX_COORDINATOR_BIND_ADDRESS', 'JAX_NUM_CPU_DEVICES', 'XLA_FLAGS')))"
+        " 'JAX_COORDINATOR_ADDRESS', 'JAX_COORDINATOR_BIND_ADDRESS', 'JAX_NUM_CPU_DEVICES', 'no_proxy',"
+        " 'XLA_FLAGS')))"
     )
-    run = launch(python(code), 3, cpu_devices=4, env={"XLA_FLAGS": "--xla_dump_to=/dev/null"}, timeout=30)
+    env = {"XLA_FLAGS": "--xla_dump_to=/dev/null", "no_proxy": "example.org"}
+    run = launch(python(code), 3, cpu_devices=4, env=env, timeout=30)
     assert run.ok and run.first_failure is None, run.summary()
     address = f"127.0.0.1:{run.port}"
     for i, p in enumerate(run.processes):
@@ -29,6 +31,7 @@ def test_every_process_gets_its_place_and_the_bounds():
             address,
             address,
             "4",
+            "example.org,127.0.0.1",
             "--xla_dump_to=/dev/null",
             "--xla_cpu_collective_timeout_seconds=20",
         ]
