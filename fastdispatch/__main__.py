@@ -8,12 +8,15 @@ The program runs as ``python script.py`` would run it: its own ``sys.argv``,
 ``__main__``, ``sys.path[0]``, exit code and tracebacks.  ``--trace`` prints
 a report of every compiled-function call on stderr at exit; ``--trace-out``
 writes the calls as Chrome trace-event JSON (open it in ui.perfetto.dev).
+Under ``jax.distributed`` every process reports for itself: the report's
+header and the file's name carry the process index.
 """
 
 from __future__ import annotations
 
 import atexit
 import builtins
+import contextlib
 import importlib.abc
 import importlib.machinery
 import importlib.util
@@ -33,7 +36,9 @@ options:
   --trace               print a dispatch report on stderr at exit: calls, hits,
                         compiles, fallbacks, overhead per function, and what
                         changed in the signature at each recompile
-  --trace-out FILE.json write the calls as Chrome trace-event JSON (Perfetto)
+  --trace-out FILE.json write the calls as Chrome trace-event JSON (Perfetto);
+                        in a program of several processes (jax.distributed),
+                        each writes FILE.processN.json, N its process index
   --no-patch            leave jax.jit alone (trace only code that calls
                         fastdispatch.jit itself)
   -m module             run a library module as a script, like python -m
@@ -106,7 +111,10 @@ def check_writable(path):
         sys.stderr.write(f"{PROG}: error: cannot write --trace-out {path!r}: {e.strerror}\n")
         sys.exit(2)
     if not existed:
-        os.remove(path)
+        # The processes of a multi-process program check the same path at once:
+        # another may have removed it already.
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(path)
 
 
 def check_script(path):
@@ -198,6 +206,7 @@ def start_tracing(options):
     """Switch tracing on; report and save from an atexit hook, which Python
     runs after the program's threads finished and after its own atexit hooks
     (registered later, so run earlier)."""
+    from fastdispatch import _jax
     from fastdispatch.tracing import start, stop
 
     t = start()
@@ -209,11 +218,24 @@ def start_tracing(options):
         if options.trace:
             sys.stderr.write("\n" + t.report())
         if trace_out:
-            t.save(trace_out)
-            sys.stderr.write(f"{PROG}: wrote {options.trace_out} (open it in ui.perfetto.dev)\n")
+            # Read at exit: the program may have joined jax.distributed since.
+            process = _jax.process_of_program()
+            t.save(per_process_path(trace_out, process))
+            written = per_process_path(options.trace_out, process)
+            sys.stderr.write(f"{PROG}: wrote {written} (open it in ui.perfetto.dev)\n")
         sys.stderr.flush()
 
     atexit.register(finish)
+
+
+def per_process_path(path, process):
+    """``run.json`` as ``run.process1.json`` for process 1 of a program of several
+    processes (``process`` is ``(index, count)``), so that each writes its own
+    file, on a shared file system too; unchanged for a program of one process."""
+    if process is None:
+        return path
+    stem, ext = os.path.splitext(path)
+    return f"{stem}.process{process[0]}{ext}"
 
 
 def run(options):

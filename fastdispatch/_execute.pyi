@@ -8,6 +8,6 @@ MAX_REUSED_SCALARS: int
 class ScalarInput(NamedTuple):
     aval: Any
     sharding: Any
-    device: Any
+    devices: tuple[Any, ...]
 
 class Executable: ...

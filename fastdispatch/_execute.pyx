@@ -7,7 +7,7 @@ flat leaves, straight through PjRt, and rebuilds the output tree.
 It is built from the pieces ``_jax.executable_parts`` takes out of a
 ``jax.stages.Compiled``, and from the call's CallSignature, which says what
 each leaf is: arrays go in as they are, typed keys as their physical array,
-Python scalars are put on the device (once per value, for functions that do
+Python scalars are put on the devices (once per value, for functions that do
 not donate).  Whatever it cannot run, ``make_executable`` says why, and jax.jit
 runs instead.
 """
@@ -38,8 +38,9 @@ cdef object _put_scalar = _jax.put_scalar
 cdef object _consume = _jax.consume_with_handlers
 cdef object _RuntimeError = _jax.RUNTIME_ERROR
 
-# How to put one Python scalar input where the executable wants it.
-ScalarInput = namedtuple("ScalarInput", "aval sharding device")
+# How to put one Python scalar input where the executable wants it: its aval,
+# its (replicated) sharding, and this process's devices of that sharding.
+ScalarInput = namedtuple("ScalarInput", "aval sharding devices")
 
 
 cdef object _as_jit_error(error):
@@ -167,7 +168,7 @@ cdef class Executable:
                 return found
         spec = self.scalar_inputs[input]
         try:
-            buffer = _put_scalar(value, spec.aval, spec.sharding, spec.device)
+            buffer = _put_scalar(value, spec.aval, spec.sharding, spec.devices)
         except (OverflowError, TypeError, ValueError):
             return None
         if key is not None and len(self.scalar_buffers) < MAX_REUSED_SCALARS:
@@ -192,10 +193,12 @@ cdef object make_executable(object compiled, CallSignature signature, list leave
         if key.kind == LEAF_HOST:
             return "numpy arguments"
         if key.kind == LEAF_SCALAR:
-            if len(expected.device_set) != 1:
-                return "scalar argument on several devices"
-            scalar_inputs.append(ScalarInput(parts.in_avals[j], expected,
-                                             next(iter(expected.device_set))))
+            # One device or several, this process's or a global mesh's:
+            # the value goes on each of this process's devices, as jax puts it.
+            devices = _jax.scalar_devices(expected)
+            if isinstance(devices, str):
+                return devices
+            scalar_inputs.append(ScalarInput(parts.in_avals[j], expected, devices))
             continue
         scalar_inputs.append(None)
         leaf = leaves[index]

@@ -44,6 +44,16 @@ Private names used, all read here only:
                                           jaxlib's argument signature (values jax keys itself)
   jax._src.lib._profiler.TraceMe          jaxlib's profiler span (and its is_enabled)
   jax._src.util.fun_name                  the name jax.jit gives a function's spans
+  jaxlib batched_device_put               puts a converted Python scalar on its devices
+  Sharding._addressable_device_assignment this process's devices of a sharding, in the
+                                          order jax's own shard_args puts a scalar on them
+  jax._src.xla_bridge.backends_are_initialized
+                                          whether a backend started (never start one to ask)
+  jax._src.distributed.global_state       jax.distributed's process id and count, kept
+                                          after jax.distributed.shutdown()
+  xla_bridge.register_backend_factory, make_cpu_client, jaxlib make_gloo_tcp_collectives
+                                          a CPU backend whose gloo collectives bind to a
+                                          given address (loopback runs)
 """
 
 from __future__ import annotations
@@ -57,9 +67,11 @@ from jax._src import array as _array
 from jax._src import config as _config
 from jax._src import core as _core
 from jax._src import dispatch as _dispatch
+from jax._src import distributed as _distributed
 from jax._src import dtypes as _dtypes
 from jax._src import tree_util as _tree_util
 from jax._src import util as _util
+from jax._src import xla_bridge as _xla_bridge
 from jax._src.interpreters import pxla as _pxla
 from jax._src.lib import _jax as _xc
 from jax._src.lib import _profiler
@@ -266,11 +278,31 @@ def executable_parts(compiled) -> ExecutableParts | str:
     )
 
 
-def put_scalar(value, aval, sharding, device):
+def scalar_devices(sharding) -> tuple | str:
+    """The devices, in order, that a Python scalar input of this sharding goes to:
+    this process's devices of the sharding (all of them in a one-process program);
+    or a str saying why the fast path cannot put it there.
+
+    A scalar's sharding is replicated (the value is rank 0), over one device or
+    many, and in a multi-process program over other processes' devices too;
+    every process puts the same value on its own devices, as jax's
+    ``pxla._shard_np_array`` does.  (Like jax, nothing checks that every process
+    passed the same value.)"""
+    if not sharding.is_fully_replicated:
+        return "scalar argument with a partitioned sharding"
+    devices = tuple(sharding._addressable_device_assignment)
+    if not devices:
+        return "scalar argument on no device of this process"
+    return devices
+
+
+def put_scalar(value, aval, sharding, devices):
     """A device array holding the Python scalar ``value`` as an input of this
-    aval and (one-device) sharding expects it, converted as jax converts it."""
+    aval and (replicated) sharding expects it, converted as jax converts it: one
+    copy on each of ``devices`` (``scalar_devices(sharding)``), as jax's own
+    ``pxla._shard_np_array`` puts a replicated numpy value."""
     host = np.asarray(value, dtype=aval.dtype)
-    return _xc.batched_device_put(aval, sharding, [host], [device], False)
+    return _xc.batched_device_put(aval, sharding, [host] * len(devices), devices, False)
 
 
 # -- jit settings (fastdispatch.state) ------------------------------------------------
@@ -342,3 +374,43 @@ def fun_name(fun) -> str:
     """The name jax.jit puts in its spans, ``PjitFunction(<name>)``: the
     function's ``__name__``, through functools.partial."""
     return _util.fun_name(fun)
+
+
+# -- several processes (jax.distributed) -------------------------------------------
+
+
+def process_of_program() -> tuple[int, int] | None:
+    """``(jax.process_index(), jax.process_count())`` in a program of several
+    processes, else None; for naming a trace's report and file.
+
+    Never starts a backend to answer (that would fix the device count behind
+    the program's back, and under jax.distributed would wait for the other
+    processes): with no backend up yet, jax.distributed's own record answers,
+    which ``jax.distributed.shutdown()`` leaves in place."""
+    if _xla_bridge.backends_are_initialized():
+        count = jax.process_count()
+        return (jax.process_index(), count) if count > 1 else None
+    state = _distributed.global_state
+    if state.coordinator_address is not None and state.num_processes > 1:
+        return state.process_id, state.num_processes
+    return None
+
+
+def gloo_on_address(address: str) -> None:
+    """Make the CPU backend's gloo collectives bind to ``address`` (an IP).
+
+    jax's own CPU backend lets gloo bind to whatever the machine's hostname
+    resolves to; there is no option for it.  Call after
+    ``jax.distributed.initialize`` and before anything starts the CPU backend."""
+    if _xla_bridge.backends_are_initialized():
+        raise RuntimeError("gloo_on_address: jax's backends have started already")
+    if _distributed.global_state.client is None:
+        raise RuntimeError("gloo_on_address: call jax.distributed.initialize first")
+
+    def make_cpu_client():
+        collectives = _xc.make_gloo_tcp_collectives(
+            distributed_client=_distributed.global_state.client, hostname=address
+        )
+        return _xla_bridge.make_cpu_client(collectives=collectives)
+
+    _xla_bridge.register_backend_factory("cpu", make_cpu_client, priority=0, fail_quietly=False)

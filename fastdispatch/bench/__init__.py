@@ -13,6 +13,9 @@ raw PjRt limit, and checked against the group's reference first:
     --json FILE    all rows, samples and metadata
     --plot FILE    a bar chart of the dispatch group (needs matplotlib)
     --quick        fewer, shorter repeats (~20 s instead of ~2 min on an idle 2-core machine)
+    --distributed  instead: a data-parallel training step over jax.distributed, in
+                   --processes processes (2) of --devices CPU devices (2) on loopback
+                   (distributed.py)
 """
 
 from __future__ import annotations
@@ -67,7 +70,14 @@ def main(argv: list[str] | None = None, prog: str = "fastdispatch bench") -> int
     parser.add_argument("--plot", metavar="FILE", help="write a bar chart PNG (needs matplotlib)")
     parser.add_argument("--quick", action="store_true", help="fewer, shorter repeats")
     parser.add_argument("--list", action="store_true", help="list workloads and groups, then exit")
+    parser.add_argument(
+        "--distributed", action="store_true", help="the multi-process data-parallel step instead"
+    )
+    parser.add_argument("--processes", type=int, default=2, help="with --distributed: processes (2)")
+    parser.add_argument("--devices", type=int, default=2, help="with --distributed: CPU devices each (2)")
     options = parser.parse_args(argv)
+    if options.distributed:
+        return _run_distributed(options, f"python -m {prog} {shlex.join(argv)}")
     if options.list:
         for name, group in GROUPS.items():
             for w in group.workloads:
@@ -204,6 +214,24 @@ def _request_cpu_devices(n: int) -> None:
         jax.config.update("jax_num_cpu_devices", n)
     except RuntimeError:
         pass
+
+
+def _run_distributed(options, command: str) -> int:
+    """distributed.py: launches the processes; this process starts no backend."""
+    from . import distributed
+
+    if options.only or options.plot:
+        print("--only and --plot do not apply to --distributed", file=sys.stderr)
+        return 2
+    import jaxlib
+
+    header = (
+        f"fastdispatch bench --distributed | jax {jax.__version__}, jaxlib {jaxlib.__version__}, "
+        f"Python {platform.python_version()} | {cpu_model()} ({os.cpu_count()} cores) | "
+        f"{options.processes} processes x {options.devices} CPU devices, gloo over loopback\n"
+        f"command: {command}"
+    )
+    return distributed.main(options.quick, options.processes, options.devices, options.json, header)
 
 
 def _run_pytree_group(quick: bool) -> list[dict]:

@@ -21,8 +21,14 @@ def raw_runner(compiled: jax.stages.Compiled, *args, **kwargs):
         raise ValueError(f"raw_runner: this executable cannot run directly ({parts})")
     leaves = jax.tree_util.tree_leaves((args, kwargs))
     buffers = []
-    for index, sharding in zip(parts.kept, parts.in_shardings):
-        leaf = jax.device_put(leaves[index], sharding)
+    for index, sharding, aval in zip(parts.kept, parts.in_shardings, parts.in_avals):
+        leaf = leaves[index]
+        if type(leaf) in (bool, int, float, complex):
+            # As fastdispatch puts a Python scalar: jax.device_put would also
+            # compare the value across the processes of a jax.distributed job.
+            leaf = _jax.put_scalar(leaf, aval, sharding, _jax.scalar_devices(sharding))
+        else:
+            leaf = jax.device_put(leaf, sharding)
         if jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key):
             leaf = jax.random.key_data(leaf)
         buffers.append(leaf)

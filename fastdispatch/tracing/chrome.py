@@ -5,15 +5,18 @@ from __future__ import annotations
 import os
 
 from fastdispatch.tracing.recorder import PHASES
+from fastdispatch.tracing.report import trace_title
 
 __all__ = ["chrome_trace"]
 
 
-def chrome_trace(events, thread_names, start_ns):
+def chrome_trace(events, thread_names, start_ns, process=None):
     """Complete ("X") events per call, per phase and per compile; metadata
-    events naming the process and each thread.  Times in microseconds."""
+    events naming the process (with its index in a program of several
+    processes: ``process`` is ``(index, count)``) and each thread.  Times in
+    microseconds."""
     pid = os.getpid()
-    out = [{"name": "process_name", "ph": "M", "pid": pid, "tid": 0, "args": {"name": "fastdispatch trace"}}]
+    out = [{"name": "process_name", "ph": "M", "pid": pid, "tid": 0, "args": {"name": trace_title(process)}}]
     for tid, name in thread_names.items():
         out.append({"name": "thread_name", "ph": "M", "pid": pid, "tid": tid, "args": {"name": name}})
 

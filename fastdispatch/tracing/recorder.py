@@ -23,6 +23,7 @@ from _thread import get_ident
 
 import numpy as np
 
+from fastdispatch._jax import process_of_program
 from fastdispatch.tracing.explain import closest_change, describe
 
 __all__ = ["FunctionStats", "PHASES", "Trace"]
@@ -287,7 +288,7 @@ class Trace:
         """The report text: one row per function, then each recompile explained."""
         from fastdispatch.tracing.report import format_report
 
-        return format_report(self.function_stats(), self._wall_ns())
+        return format_report(self.function_stats(), self._wall_ns(), process_of_program())
 
     def latest_calls(self):
         """The latest (up to max_events) calls, oldest first, as tuples
@@ -302,7 +303,7 @@ class Trace:
         """The Chrome trace-event dict (the JSON object that Perfetto opens)."""
         from fastdispatch.tracing.chrome import chrome_trace
 
-        return chrome_trace(self.latest_calls(), self._thread_names, self.start_ns)
+        return chrome_trace(self.latest_calls(), self._thread_names, self.start_ns, process_of_program())
 
     def save(self, path):
         """Write the last ``max_events`` calls as Chrome trace-event JSON."""

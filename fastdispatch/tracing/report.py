@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastdispatch.tracing.recorder import PHASES, label
 
-__all__ = ["compile_count_message", "format_report"]
+__all__ = ["compile_count_message", "format_report", "trace_title"]
 
 OVERHEAD_NOTE = (
     "overhead: time of a call outside its executable launch, (end - start) - launch, "
@@ -14,10 +14,12 @@ OVERHEAD_NOTE = (
 )
 
 
-def format_report(functions, wall_ns):
+def format_report(functions, wall_ns, process=None):
+    """The report of these FunctionStats; ``process``: ``(index, count)`` in a
+    program of several processes, named in the header."""
     calls = sum(s.calls for s in functions)
     lines = [
-        f"fastdispatch trace: {_count(calls, 'call')} of {_count(len(functions), 'function')} "
+        f"{trace_title(process)}: {_count(calls, 'call')} of {_count(len(functions), 'function')} "
         f"in {wall_ns / 1e9:.3f} s wall"
     ]
     if not functions:
@@ -74,6 +76,14 @@ def format_report(functions, wall_ns):
                 lines.append(f"  {label(s)}: {s.recompiles_dropped} more recompiles not shown")
     lines += ["", OVERHEAD_NOTE]
     return "\n".join(lines) + "\n"
+
+
+def trace_title(process=None):
+    """The report's title: with "process 1 of 2" in a program of several processes."""
+    if process is None:
+        return "fastdispatch trace"
+    index, count = process
+    return f"fastdispatch trace, process {index} of {count}"
 
 
 def _count(n, noun):

@@ -33,7 +33,13 @@ def assert_same_array(a, b) -> None:
     if _is_key(a):
         assert jax.random.key_impl(a) == jax.random.key_impl(b)
         a, b = jax.random.key_data(a), jax.random.key_data(b)
-    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    if a.is_fully_addressable:
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+        return
+    # A global array of a multi-process program: this process's shards.
+    for shard_a, shard_b in zip(a.addressable_shards, b.addressable_shards, strict=True):
+        assert (shard_a.device, shard_a.index) == (shard_b.device, shard_b.index)
+        np.testing.assert_array_equal(np.asarray(shard_a.data), np.asarray(shard_b.data))
 
 
 def assert_same_tree(a, b) -> None:

@@ -298,6 +298,14 @@ def test_dash_m_runs_a_module_and_no_patch_leaves_jax_jit_alone(tmp_path):
 # -- options, without a subprocess ----------------------------------------------
 
 
+def test_trace_out_is_named_per_process_in_a_multi_process_program():
+    # tests/distributed runs it for real.
+    assert cli.per_process_path("out/run.json", None) == "out/run.json"
+    assert cli.per_process_path("out/run.json", (1, 2)) == "out/run.process1.json"
+    assert cli.per_process_path("run.trace.json", (0, 4)) == "run.trace.process0.json"
+    assert cli.per_process_path("trace", (3, 4)) == "trace.process3"
+
+
 def test_bench_is_handed_its_arguments(monkeypatch):
     import fastdispatch.bench
 

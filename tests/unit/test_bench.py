@@ -92,3 +92,33 @@ def test_only_selects_workloads_and_groups():
 def test_unknown_workload_is_refused():
     with pytest.raises(ValueError, match="unknown workload"):
         bench.select("no_such_workload")
+
+
+def test_distributed_rows_give_paired_ratios_per_process():
+    from fastdispatch.bench import distributed
+
+    samples = {
+        "jax.jit": {"call": [20.0, 10.0], "step": [3000.0, 3000.0]},
+        "fastdispatch": {"call": [10.0, 10.0], "step": [2400.0, 3300.0]},
+        "raw": {"call": [9.0, 9.0], "step": [2400.0, 3300.0]},
+    }
+    fast = {"calls": 16, "hits": 15, "compiles": 1, "fallbacks": {}}
+    row = {
+        "process": 0,
+        "processes": 2,
+        "devices": 4,
+        "problems": [],
+        "fast_path": fast,
+        "samples_us": samples,
+    }
+    assert distributed.paired_ratio(samples, "call") == 0.75  # median of 0.5 and 1.0
+    text = distributed.format_rows([row, dict(row, process=1, problems=["the shard differs"])], 2, 32)
+    lines = text.splitlines()
+    assert lines[2].split()[:2] == ["process", "jax.jit"]
+    assert lines[3].split() == ["0", "of", "2", "15.0", "10.0", "9.0", "0.750", "3000.0", "2850.0", "0.950"]
+    assert "process 1: PROBLEM: the shard differs" in text
+
+
+def test_distributed_takes_no_workload_selection(capsys):
+    assert bench.main(["--distributed", "--only", "identity"]) == 2
+    assert "do not apply to --distributed" in capsys.readouterr().err

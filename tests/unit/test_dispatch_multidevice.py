@@ -28,6 +28,8 @@ def check_sharded_calls_are_fast():
     by_input = fastdispatch.jit(lambda a: a * 2)
     by_option = fastdispatch.jit(lambda a, b: a @ b.T, in_shardings=(rows, rows), out_shardings=grid)
     on_device = fastdispatch.jit(lambda a: a + 1)
+    # A Python scalar goes on every device of its replicated sharding.
+    scaled = fastdispatch.jit(lambda a, s: a * s)
     y = jax.device_put(jnp.ones(3), jax.devices()[5])
 
     sink = Sink()
@@ -37,15 +39,20 @@ def check_sharded_calls_are_fast():
             doubled = by_input(x)
             product = by_option(x, x)
             moved = on_device(y)
+            halved = scaled(x, 0.5)
     finally:
         _dispatch.set_trace_sink(None)
-    assert sink.fallbacks == [None] * 9, sink.fallbacks
+    assert sink.fallbacks == [None] * 12, sink.fallbacks
     assert doubled.sharding.is_equivalent_to(jax.jit(lambda a: a * 2)(x).sharding, 2)
     assert product.sharding == grid
     assert moved.sharding == jax.sharding.SingleDeviceSharding(jax.devices()[5])
     assert moved.committed
     np.testing.assert_array_equal(product, np.asarray(x) @ np.asarray(x).T)
     assert [entry.is_fast for entry in by_option._cache_entries()] == [True]
+    assert [entry.is_fast for entry in scaled._cache_entries()] == [True]
+    expected = jax.jit(lambda a, s: a * s)(x, 0.5)
+    assert halved.sharding == expected.sharding and halved.aval == expected.aval
+    np.testing.assert_array_equal(halved, expected)
 
 
 def test_sharded_calls_stay_on_the_fast_path():

@@ -6,11 +6,15 @@ jax range in pyproject.toml only once it passes.
 
 import dataclasses
 import functools
+import os
+import subprocess
+import sys
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from subprocess_util import run_in_subprocess
 
 from fastdispatch import _jax
 
@@ -99,8 +103,9 @@ def test_executable_parts_run_the_executable():
     assert parts.kept == (0, 1, 2) and len(parts.in_shardings) == len(parts.in_avals) == 3
     scalar_aval = parts.in_avals[2]
     assert scalar_aval.weak_type and scalar_aval.dtype == np.float32
-    (device,) = parts.in_shardings[2].device_set
-    two = _jax.put_scalar(2.0, scalar_aval, parts.in_shardings[2], device)
+    devices = _jax.scalar_devices(parts.in_shardings[2])
+    assert devices == tuple(parts.in_shardings[2].device_set)
+    two = _jax.put_scalar(2.0, scalar_aval, parts.in_shardings[2], devices)
     assert two.aval == scalar_aval
     outputs = _jax.consume_with_handlers(parts.execute([x, y, two]), parts.out_handlers)
     result = parts.out_treedef.unflatten(outputs)
@@ -239,3 +244,83 @@ def test_fun_name_is_the_name_in_jax_spans():
     assert _jax.fun_name(functools.partial(step, 1)) == "step"
     assert _jax.fun_name(lambda x: x) == "<lambda>"
     assert _jax.fun_name(object()) == "<unnamed function>"
+
+
+def check_scalar_devices_on_a_mesh():
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from jax.sharding import Mesh, NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    from fastdispatch import _jax
+
+    mesh = Mesh(np.array(jax.devices()).reshape(2, 2), ("a", "b"))
+    x = jax.device_put(jnp.arange(8.0), NamedSharding(mesh, P(("a", "b"))))
+    compiled = compiled_for(lambda v, s: v * s, x, 3.0)
+    parts = _jax.executable_parts(compiled)
+    expected = parts.in_shardings[1]
+    devices = _jax.scalar_devices(expected)
+    # jax's own order: the sharding's device assignment, every device this
+    # process's in a one-process program.
+    assert devices == tuple(mesh.devices.flat), devices
+    three = _jax.put_scalar(3.0, parts.in_avals[1], expected, devices)
+    assert three.sharding == expected and three.aval == parts.in_avals[1]
+    assert [shard.device for shard in three.addressable_shards] == list(devices)
+    outputs = _jax.consume_with_handlers(parts.execute([x, three]), parts.out_handlers)
+    np.testing.assert_array_equal(outputs[0], np.arange(8.0) * 3)
+    assert outputs[0].sharding == jax.jit(lambda v, s: v * s)(x, 3.0).sharding
+    assert _jax.scalar_devices(NamedSharding(mesh, P("a"))) == "scalar argument with a partitioned sharding"
+
+
+def test_scalar_devices_and_put_scalar_on_a_mesh():
+    run_in_subprocess(check_scalar_devices_on_a_mesh, n_devices=4, timeout=120)
+
+
+def test_process_of_program_is_none_in_one_process():
+    jax.devices()  # a backend is up: read from it
+    assert _jax.process_of_program() is None
+
+
+GLOO_ON_ADDRESS = """
+import jax, jax.numpy as jnp
+from jax._src import xla_bridge
+from fastdispatch import _jax
+from fastdispatch.distributed import free_port
+
+def refused(match):
+    try:
+        _jax.gloo_on_address("127.0.0.1")
+    except RuntimeError as e:
+        assert match in str(e), e
+    else:
+        raise AssertionError("gloo_on_address did not refuse")
+
+refused("call jax.distributed.initialize first")
+address = f"127.0.0.1:{free_port()}"
+jax.config.update("jax_num_cpu_devices", 2)
+jax.distributed.initialize(address, 1, 0, coordinator_bind_address=address, initialization_timeout=20,
+                           heartbeat_timeout_seconds=10, shutdown_timeout_seconds=5)
+# jax.distributed's record answers before any backend starts (and starts none).
+assert _jax.process_of_program() is None and not xla_bridge.backends_are_initialized()
+_jax.gloo_on_address("127.0.0.1")
+factory = xla_bridge._backend_factories["cpu"].factory
+assert factory.__qualname__ == "gloo_on_address.<locals>.make_cpu_client", factory
+# The backend it makes runs a cross-device collective.
+total = jax.pmap(lambda v: jax.lax.psum(v, "i"), axis_name="i")(jnp.ones(2))
+assert total.tolist() == [2.0, 2.0]
+refused("jax's backends have started already")
+assert _jax.process_of_program() is None
+jax.distributed.shutdown()
+print("GLOO-OK")
+"""
+
+
+def test_gloo_on_address_installs_a_cpu_backend_with_gloo_on_loopback():
+    # A one-process jax.distributed job, in a fresh interpreter: the backend
+    # factory must be replaced before any backend starts.
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    proc = subprocess.run(
+        [sys.executable, "-c", GLOO_ON_ADDRESS], capture_output=True, text=True, timeout=60, env=env
+    )
+    assert proc.returncode == 0 and "GLOO-OK" in proc.stdout, proc.stdout + proc.stderr

@@ -158,6 +158,17 @@ def test_empty_report():
     assert "no compiled function was called" in Trace().report()
 
 
+def test_a_process_of_a_multi_process_program_says_which_it_is(monkeypatch):
+    t = Trace()
+    call(t, F, SIG4)
+    assert t.report().startswith("fastdispatch trace: 1 call of 1 function in")
+    assert t.chrome_trace()["traceEvents"][0]["args"]["name"] == "fastdispatch trace"
+    # Under jax.distributed (tests/distributed runs it for real):
+    monkeypatch.setattr(recorder, "process_of_program", lambda: (1, 2))
+    assert t.report().startswith("fastdispatch trace, process 1 of 2: 1 call of 1 function in")
+    assert t.chrome_trace()["traceEvents"][0]["args"]["name"] == "fastdispatch trace, process 1 of 2"
+
+
 # -- explanations --------------------------------------------------------------
 
 
