@@ -416,13 +416,13 @@ cdef class NnxJitFunction:
         flax's merge, or, when ``holding``'s graph is the call's and the
         executable keeps it, a write-back into its slots; then a new Record."""
         if times.watch:
-            reached(times, AT_FOUND, "flax", "miss")
+            reached(times, AT_FOUND, "flax", "new graph")
         try:
             out, record, compiled = _flax_miss(self, args, kwargs, holding)
         except BaseException:
             if times.watch:
                 reached(times, AT_END, None)
-                record_call(self, times, False, 0, "flax", None)
+                record_call(self, times, False, 0, "new graph", None)
             raise
         if record is not None:
             self.records = ((record,) + self.records)[:MAX_RECORDS]
@@ -430,7 +430,7 @@ cdef class NnxJitFunction:
             reached(times, AT_END, None)
             signature = (<Record>record).entry.signature if record is not None else None
             record_call(self, times, False, times.end - times.found if compiled else 0,
-                        None if compiled else "flax", signature)
+                        None if compiled else "new graph", signature)
         return out
 
     cdef object _fallback(self, tuple args, dict kwargs, str reason, CallTimes* times):

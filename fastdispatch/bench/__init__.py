@@ -5,6 +5,8 @@ raw PjRt limit, and checked against the group's reference first:
 
     dispatch   jax.jit (reference), fastdispatch.jit, equinox.filter_jit   (dispatch.py)
     equinox    equinox.filter_jit (reference), fastdispatch.filter_jit      (eqx.py)
+    flax       flax.nnx.jit (reference), its tree mode, nnx.cached_partial,
+               fastdispatch.nnx.jit                                         (nnx.py)
     pytree     fastdispatch._pytree against jax.tree_util                   (pytree.py)
 
 ``runner.py`` checks and times, ``report.py`` prints and writes.  Options::
@@ -32,7 +34,7 @@ from collections.abc import Callable
 
 import jax
 
-from . import dispatch, eqx, report
+from . import dispatch, eqx, nnx, report
 from .runner import run_workload
 
 # (repeats, seconds per timed loop): full and --quick.
@@ -51,6 +53,9 @@ class Group:
 GROUPS = {
     "dispatch": Group(
         "jax.jit and fastdispatch.jit", dispatch.WORKLOADS, dispatch.implementations, report.dispatch_summary
+    ),
+    "flax": Group(
+        "flax.nnx.jit and fastdispatch.nnx.jit", nnx.WORKLOADS, nnx.implementations, report.nnx_summary
     ),
     "equinox": Group(
         "equinox.filter_jit and fastdispatch.filter_jit",

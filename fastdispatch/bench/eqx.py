@@ -46,7 +46,7 @@ def _raw(w: Workload):
     wrapper = fastdispatch.filter_jit(w.fun, **options)
     args, kwargs = w.make_args()
     compiled, dynamic = executable_inputs(wrapper, *args, **kwargs)
-    return raw_runner(compiled, *dynamic)
+    return raw_runner(compiled, *dynamic), 1  # output 0 is equinox's marker
 
 
 def _mlp(seed=0, **kwargs):
@@ -132,7 +132,7 @@ def _deep_args():
 
 
 WORKLOADS = [
-    Workload("eqx_forward", "tiny MLP forward, one sample", forward, _forward_args, raw=_raw, raw_skip=1),
+    Workload("eqx_forward", "tiny MLP forward, one sample", forward, _forward_args, raw=_raw),
     Workload(
         "eqx_train_step",
         "MLP training step, model fed back",
@@ -140,7 +140,6 @@ WORKLOADS = [
         _train_args,
         loop=model_fed_back,
         raw=_raw,
-        raw_skip=1,
         note="8-32-32-1 MLP, batch 64, filter_value_and_grad inside; raw runs the first model every time",
     ),
     Workload(
@@ -149,10 +148,9 @@ WORKLOADS = [
         forward,
         _configured_args,
         raw=_raw,
-        raw_skip=1,
         note="an activation function, an int and a string among its fields",
     ),
-    Workload("eqx_deep", f"{LAYERS}-layer model forward", forward, _deep_args, raw=_raw, raw_skip=1),
+    Workload("eqx_deep", f"{LAYERS}-layer model forward", forward, _deep_args, raw=_raw),
     Workload(
         "eqx_donated",
         "training step, state donated and fed back",
@@ -161,7 +159,6 @@ WORKLOADS = [
         loop=model_fed_back,
         jit_options={"donate": "all"},
         raw=_raw,
-        raw_skip=1,
         note="donate='all'; raw limit of the non-donated twin",
     ),
 ]

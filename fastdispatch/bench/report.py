@@ -134,6 +134,24 @@ def equinox_summary(results: list[Result]) -> list[dict]:
     return items
 
 
+# The NNX front end's goals (issue 10): fd/nnx.jit on the MLP + Adam step, and
+# faster than tree mode and than cached_partial on every row.
+NNX_STEP_TARGET = 0.25
+
+
+def nnx_summary(results: list[Result]) -> list[dict]:
+    """The flax group's goals, as dispatch_summary gives the budget's."""
+    by_name = {res.workload.name: res for res in results if not res.error}
+    items = []
+    if "nnx_mlp_adam" in by_name:
+        items.append(_item("fd/nnx.jit, MLP + Adam step", by_name["nnx_mlp_adam"].ratio(), NNX_STEP_TARGET))
+    for res in by_name.values():
+        for other in ("nnx.jit(graph=False)", "nnx.cached_partial"):
+            ratio = res.paired(lambda f, o: f / o, FASTDISPATCH, other)
+            items.append(_item(f"fd/{other}, {res.workload.title}", ratio, 1.0))
+    return items
+
+
 def format_summary(items: list[dict]) -> str:
     width = max(len(item["name"]) for item in items)
     lines = []

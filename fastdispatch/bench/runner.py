@@ -117,8 +117,8 @@ def run_workload(w: Workload, impls: list[Impl], repeats: int, target_s: float) 
             if impl.name == FASTDISPATCH and not w.traced:
                 result.fallbacks = _fallbacks(w, fn)
     try:
-        run = (w.raw or jit_raw_runner)(w)
-        raw_outputs = run()[w.raw_skip :]
+        run, skip = (w.raw or jit_raw_runner)(w)
+        raw_outputs = run()[skip:]
         why = _difference(_array_leaves(expected[0]), raw_outputs, reference.name, flat=True)
     except Exception as e:
         why = _raised(e)
@@ -199,7 +199,7 @@ def _bind(w: Workload, fn: Callable, context: Callable | None = None) -> Callabl
     return loop
 
 
-def jit_raw_runner(w: Workload) -> Callable[[], list]:
+def jit_raw_runner(w: Workload) -> tuple[Callable[[], list], int]:
     """raw_runner for w's jax.jit executable; donation dropped (the non-donated twin)."""
     options = {k: v for k, v in w.jit_options.items() if not k.startswith("donate_")}
     args, kwargs = w.make_args()
@@ -211,7 +211,7 @@ def jit_raw_runner(w: Workload) -> Callable[[], list]:
     nums = {nums} if isinstance(nums, int) else set(nums or ())
     args = [a for i, a in enumerate(args) if i not in nums]
     kwargs = {k: v for k, v in kwargs.items() if k not in names}
-    return raw_runner(compiled, *args, **kwargs)
+    return raw_runner(compiled, *args, **kwargs), 0
 
 
 def _raw_loop(run: Callable[[], list], blocking: bool) -> Callable[[int], object]:

@@ -42,11 +42,10 @@ class Workload:
     skip: dict = dataclasses.field(default_factory=dict)  # implementation -> why it can't run this
     traced: bool = False  # run fastdispatch under `with fastdispatch.trace():`
     note: str = ""  # printed under the table
-    # The raw limit: workload -> a zero-argument callable running the bare PjRt
-    # call (default: jax.jit's executable of fun); the first raw_skip outputs
-    # are not the function's (equinox's marker).
-    raw: Callable[[Workload], Callable[[], list]] | None = None
-    raw_skip: int = 0
+    # The raw limit: workload -> (a zero-argument callable running the bare PjRt
+    # call, how many of its first outputs are not the function's: equinox's
+    # marker, flax's Variables); default: jax.jit's executable of fun.
+    raw: Callable[[Workload], tuple[Callable[[], list], int]] | None = None
 
     @property
     def blocking(self) -> bool:

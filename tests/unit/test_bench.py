@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import pytest
 
 from fastdispatch import bench
-from fastdispatch.bench import dispatch, eqx, report
+from fastdispatch.bench import dispatch, eqx, nnx, report
 from fastdispatch.bench.runner import FASTDISPATCH, RAW, Impl, run_workload
 
 WORKLOAD = {w.name: w for group in bench.GROUPS.values() for w in group.workloads}
@@ -43,6 +43,16 @@ def test_equinox_rows_run_against_equinox_and_its_executable():
         assert len(result.samples[FASTDISPATCH]) == 2, result.skipped
         assert len(result.samples[RAW]) == 2, result.skipped
         assert not result.fallbacks
+
+
+def test_nnx_rows_run_against_flax_and_its_executable():
+    result = tiny_run("nnx_mlp_adam", nnx.implementations())
+    assert not result.error and result.reference == nnx.NNX
+    for name in (nnx.TREE, nnx.CACHED, FASTDISPATCH, RAW):
+        assert len(result.samples[name]) == 2, result.skipped
+    # Fresh objects: one call on a graph no record proves yet, then the fast path.
+    assert result.fallbacks == {"new graph": 1}
+    assert [item["name"] for item in report.nnx_summary([result])][0] == "fd/nnx.jit, MLP + Adam step"
 
 
 def test_an_implementation_that_differs_from_the_reference_is_not_timed():

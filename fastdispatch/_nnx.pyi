@@ -1,0 +1,84 @@
+"""Type stubs for the compiled module fastdispatch._nnx."""
+
+import enum
+from collections.abc import Callable
+from typing import Any
+
+ARRAY_SLOT: object
+
+class GuardKind(enum.IntEnum):
+    GUARD_NODE = 0
+    GUARD_DICT = 1
+    GUARD_LIST = 2
+    GUARD_VARIABLE = 3
+    GUARD_FLAGS = 4
+
+class InputKind(enum.IntEnum):
+    INPUT_ROOT = 0
+    INPUT_PLAIN = 1
+
+class Guard:
+    kind: int
+    def __init__(
+        self,
+        kind: int,
+        target: Any,
+        target_type: type | None = None,
+        keys: Any = (),
+        values: Any = (),
+        size: int = 0,
+        expected: Any = None,
+    ) -> None: ...
+    def holds_now(self) -> bool: ...
+
+class Input:
+    kind: int
+    position: int | str
+    root: Any
+    slot_start: int
+    slot_stop: int
+    def __init__(
+        self,
+        kind: int,
+        position: int | str,
+        root: Any = None,
+        treedef: Any = None,
+        slot_start: int = 0,
+        slot_stop: int = 0,
+    ) -> None: ...
+
+class Record:
+    inputs: tuple[Input, ...]
+    guards: tuple[Guard, ...]
+    slots: tuple[Any, ...]
+    num_slots: int
+    def __init__(self, *args: Any) -> None: ...
+    def with_entry(
+        self, entry: Any, signature: Any, out_treedef: Any, inputs: tuple[Input, ...]
+    ) -> Record: ...
+    def gather_now(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any] | None: ...
+    def write_slots(self, outputs: list[Any]) -> None: ...
+
+class NnxJitFunction:
+    flax_function: Any
+    jitted: Any
+    fast: bool
+    def __init__(self, flax_function: Any, jitted: Any, fast: bool) -> None: ...
+    def __call__(self, *args: Any, **kwargs: Any) -> Any: ...
+    def __get__(self, instance: Any, owner: Any) -> Any: ...
+    def lower(self, *args: Any, **kwargs: Any) -> Any: ...
+    def trace(self, *args: Any, **kwargs: Any) -> Any: ...
+    def eval_shape(self, *args: Any, **kwargs: Any) -> Any: ...
+    def clear_cache(self) -> None: ...
+    def _cache_size(self) -> int: ...
+    def _records(self) -> list[Record]: ...
+
+def configure(
+    raw_value: Any, metadata: Any, graph_context: Any, miss: Callable[..., Any], flags_fields: Any
+) -> None: ...
+def raw_value(variable: Any) -> Any: ...
+def metadata(variable: Any) -> dict[str, Any]: ...
+def signature_of(treedef: Any, leaves: list[Any]) -> Any: ...
+def entry_for(
+    function: NnxJitFunction, signature: Any, compiled: Any, leaves: list[Any], donates: bool, seconds: float
+) -> tuple[Any, bool]: ...

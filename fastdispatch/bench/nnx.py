@@ -1,0 +1,173 @@
+"""The flax NNX group: flax.nnx.jit (graph mode, the reference) against its tree
+mode, nnx.cached_partial and fastdispatch.nnx.jit.
+
+Training steps as NNX users write them: an MLP with an Adam optimizer, a model
+with BatchNorm and Dropout, a 20-layer model.  Every implementation trains its
+own fresh model and optimizer, updated in place call after call; the outputs
+(the losses) are checked against flax's before timing.  The raw limit runs the
+very executable flax's jax.jit compiled, on split arguments prepared once.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from .raw import raw_runner
+from .runner import FASTDISPATCH, Impl
+from .workload import Workload
+
+NNX, TREE, CACHED = "nnx.jit", "nnx.jit(graph=False)", "nnx.cached_partial"
+
+
+def implementations() -> list[Impl]:
+    """flax.nnx.jit (the reference), its tree mode, cached_partial, fastdispatch.nnx.jit."""
+    try:
+        from flax import nnx
+    except ImportError:
+        return [Impl(NNX, None, "not installed (pip install 'fastdispatch[flax]')")]
+    from fastdispatch import nnx as fastdispatch_nnx
+
+    return [
+        Impl(NNX, lambda w: nnx.jit(w.fun)),
+        Impl(TREE, lambda w: nnx.jit(w.fun, graph=False)),
+        Impl(CACHED, lambda w: _CachedPartial(nnx.jit(w.fun))),
+        Impl(FASTDISPATCH, lambda w: fastdispatch_nnx.jit(w.fun)),
+    ]
+
+
+class _CachedPartial:
+    """``nnx.cached_partial(jitted, model, optimizer)`` for each (model,
+    optimizer) pair it is called with, then called on the rest."""
+
+    def __init__(self, jitted):
+        self.jitted = jitted
+        self.partials = {}
+
+    def __call__(self, model, optimizer, *rest):
+        from flax import nnx
+
+        key = (id(model), id(optimizer))
+        cached = self.partials.get(key)
+        if cached is None:
+            cached = self.partials[key] = nnx.cached_partial(self.jitted, model, optimizer)
+        return cached(*rest)
+
+
+def _raw(w: Workload):
+    """The executable flax's jax.jit compiled for w, through the bare PjRt call."""
+    from fastdispatch import nnx as fastdispatch_nnx
+    from fastdispatch.nnx import executable_inputs
+
+    args, kwargs = w.make_args()
+    compiled, pure_args, pure_kwargs, state = executable_inputs(fastdispatch_nnx.jit(w.fun), *args, **kwargs)
+    return raw_runner(compiled, *pure_args, **pure_kwargs), state
+
+
+def train_step(model, optimizer, x, y):
+    from flax import nnx
+
+    def loss_fn(m):
+        return jnp.mean((m(x) - y) ** 2)
+
+    loss, grads = nnx.value_and_grad(loss_fn)(model)
+    optimizer.update(model, grads)
+    return loss
+
+
+def _model_args(make_model, batch=64, features=8):
+    import optax
+    from flax import nnx
+
+    model = make_model(nnx.Rngs(0, dropout=1))
+    # One transformation for every optimizer: its functions are static in the
+    # graph, and new ones would be a new graph, and a compile.
+    tx = _classes.setdefault("adam", optax.adam(1e-3))
+    optimizer = nnx.Optimizer(model, tx, wrt=nnx.Param)
+    x = jnp.linspace(-1, 1, batch * features, dtype=jnp.float32).reshape(batch, features)
+    return (model, optimizer, x, jnp.zeros((batch, 1))), {}
+
+
+def _mlp(rngs):
+    from flax import nnx
+
+    class MLP(nnx.Module):
+        def __init__(self, rngs):
+            self.l1 = nnx.Linear(8, 32, rngs=rngs)
+            self.l2 = nnx.Linear(32, 1, rngs=rngs)
+
+        def __call__(self, x):
+            return self.l2(jax.nn.relu(self.l1(x)))
+
+    return _once(MLP)(rngs)
+
+
+def _normalized(rngs):
+    from flax import nnx
+
+    class Normalized(nnx.Module):
+        def __init__(self, rngs):
+            self.l1 = nnx.Linear(8, 32, rngs=rngs)
+            self.norm = nnx.BatchNorm(32, rngs=rngs)
+            self.drop = nnx.Dropout(0.1, rngs=rngs)
+            self.l2 = nnx.Linear(32, 1, rngs=rngs)
+
+        def __call__(self, x):
+            return self.l2(self.drop(jax.nn.relu(self.norm(self.l1(x)))))
+
+    return _once(Normalized)(rngs)
+
+
+DEPTH = 20
+
+
+def _deep(rngs):
+    from flax import nnx
+
+    class Deep(nnx.Module):
+        def __init__(self, rngs):
+            self.layers = nnx.List([nnx.Linear(8, 8, rngs=rngs) for _ in range(DEPTH)])
+            self.out = nnx.Linear(8, 1, rngs=rngs)
+
+        def __call__(self, x):
+            for layer in self.layers:
+                x = jax.nn.tanh(layer(x))
+            return self.out(x)
+
+    return _once(Deep)(rngs)
+
+
+_classes = {}
+
+
+def _once(cls):
+    # One class per name across calls: a new class would be a new graph, and a compile.
+    return _classes.setdefault(cls.__name__, cls)
+
+
+WORKLOADS = [
+    Workload(
+        "nnx_mlp_adam",
+        "MLP + Adam training step",
+        train_step,
+        lambda: _model_args(_mlp),
+        raw=_raw,
+        note="Linear 8-32, relu, Linear 32-1, batch 64, nnx.Optimizer(adam); "
+        "raw runs the first state every time",
+    ),
+    Workload(
+        "nnx_batchnorm_dropout",
+        "BatchNorm + Dropout training step",
+        train_step,
+        lambda: _model_args(_normalized),
+        raw=_raw,
+        note="batch statistics and the dropout RNG counter updated every step",
+    ),
+    Workload(
+        "nnx_deep",
+        f"{DEPTH}-layer model training step",
+        train_step,
+        lambda: _model_args(_deep),
+        raw=_raw,
+    ),
+]
