@@ -46,8 +46,18 @@ cdef enum Stage:
 cdef object trace_sink
 
 # A call's watchers, read once at its start: --trace (the clock) and
-# jax.profiler (spans).  Front ends share these with CompiledFunction.
+# jax.profiler (spans).  Front ends share these with CompiledFunction:
+#     span = begin_call(&times, name)
+#     if span is None: return work()
+#     try: return work()
+#     finally: end_call(&times, span)
 cdef void start_watch(CallTimes* times)
+cdef object begin_call(CallTimes* times, str span_name)   # the call's span, or None
+cdef int end_call(CallTimes* times, object span) except -1
+# jax's state at a call: no transformation is tracing right now; the trace
+# context, part of every key.
+cdef bint trace_state_clean() noexcept
+cdef tuple trace_context()
 # A phase boundary: stamp the clock up to `stage`; switch the profiler span.
 cdef int reached(CallTimes* times, Stage stage, str next_phase, str reason=*) except -1
 cdef int end_phase(CallTimes* times) except -1
@@ -97,7 +107,6 @@ cdef class CompiledFunction:
     cdef object __weakref__
 
     cdef object _call(self, Call* call)
-    cdef object _profiled(self, Call* call, CallTimes* times)
     cdef object _guarded(self, Call* call, CallTimes* times)
     cdef object _general(self, Call* call, tuple context, CallTimes* times)
     cdef object _run(self, CacheEntry entry, object leaves, Call* call, CallTimes* times)

@@ -128,6 +128,33 @@ cdef void record_call(object fn, CallTimes* times, bint hit, long long compile_n
         hit, compile_ns, reason, signature)
 
 
+cdef object begin_call(CallTimes* times, str span_name):
+    start_watch(times)
+    if not times.watch & WATCH_SPANS:
+        if times.watch:
+            times.start = now_ns()
+        return None
+    span = _TraceMe(span_name)
+    reached(times, AT_START, "flatten")
+    return span
+
+
+cdef int end_call(CallTimes* times, object span) except -1:
+    try:
+        end_phase(times)   # still open when the call raised
+    finally:
+        _end_span(span, None, None, None)
+    return 0
+
+
+cdef bint trace_state_clean() noexcept:
+    return _trace_state.value is _clean_trace_state
+
+
+cdef tuple trace_context():
+    return _trace_context()
+
+
 cdef void start_watch(CallTimes* times):
     times.start = times.flattened = times.keyed = times.found = 0
     times.launched = times.end = 0
@@ -414,30 +441,21 @@ cdef class CompiledFunction:
     cdef object _call(self, Call* call):
         """Every call: which watchers are on (--trace, jax.profiler), then the steps."""
         cdef CallTimes times
-        start_watch(&times)
         if self._entries is None:
             raise TypeError("CompiledFunction was created without __init__: "
                             "make one with fastdispatch.jit(fun)")
-        if times.watch & WATCH_SPANS:
-            return self._profiled(call, &times)
-        if times.watch:
-            times.start = now_ns()
-        return self._guarded(call, &times)
-
-    cdef object _profiled(self, Call* call, CallTimes* times):
-        """A call while jax.profiler captures: inside its function's span."""
-        span = _TraceMe(self._span_name)
+        span = begin_call(&times, self._span_name)
+        if span is None:
+            return self._guarded(call, &times)
         try:
-            reached(times, AT_START, "flatten")
-            return self._guarded(call, times)
+            return self._guarded(call, &times)
         finally:
-            end_phase(times)   # still open when the call raised
-            _end_span(span, None, None, None)
+            end_call(&times, span)
 
     cdef object _guarded(self, Call* call, CallTimes* times):
         """Steps 1 and 2: jax's state, then the guard on the argument array."""
         context = _trace_context()
-        if _trace_state.value is not _clean_trace_state:
+        if not trace_state_clean():
             return self._fallback(call, "tracer", times, None)
         cdef PreviousCall previous = self._previous
         if previous is not None and previous.layout is not None and not previous.entry.evicted:

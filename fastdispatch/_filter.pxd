@@ -35,6 +35,7 @@ cdef class FilterDispatcher:
     cdef object slow_call          # equinox's own wrapper call: slow(wrapper, *args, **kwargs)
     cdef object lower_call         # equinox's own lowering: lower(wrapper, *args, **kwargs)
     cdef object is_array           # equinox.is_array, for leaves of unknown types
+    cdef str span_name             # its calls' span under jax.profiler
     cdef FunctionCache entries     # our part of the shared LRU
     cdef dict plans                # (id(signature), nargs, kwnames) -> BindPlan
     cdef BindPlan last_plan        # the plan of the previous call: one identity check

@@ -31,8 +31,9 @@ from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE, PyTuple_New, PyTu
 from fastdispatch._cache cimport CacheEntry, CompiledFunctionCache
 from fastdispatch._clock cimport now_ns
 from fastdispatch._dispatch cimport (
-    AT_END, AT_FLATTENED, AT_FOUND, AT_KEYED, AT_LAUNCHED, AT_START, WATCH_CLOCK, WATCH_SPANS,
-    CallTimes, PreviousCall, end_phase, reached, record_call, start_watch)
+    AT_END, AT_FLATTENED, AT_FOUND, AT_KEYED, AT_LAUNCHED, WATCH_CLOCK,
+    CallTimes, PreviousCall, begin_call, end_call, reached, record_call, trace_context,
+    trace_state_clean)
 from fastdispatch._execute cimport Executable, make_executable
 from fastdispatch._pytree cimport TreeDef, flatten_into
 from fastdispatch._signature cimport (
@@ -45,12 +46,7 @@ from fastdispatch import _jax
 cdef extern from "Python.h":
     dict PyObject_GenericGetDict(object o, void* context)
 
-cdef object _trace_context = _jax.trace_context
-cdef object _trace_state = _jax.TRACE_STATE
-cdef object _clean_trace_state = _jax.CLEAN_TRACE_STATE
 cdef object _slow_path_reason = _jax.slow_path_reason
-cdef object _TraceMe = _jax.TRACE_ME
-cdef object _fun_name = _jax.fun_name
 
 cdef str _CACHED = sys.intern("_cached")
 cdef str _SIGNATURE = sys.intern("_signature")
@@ -269,6 +265,8 @@ cdef class FilterDispatcher:
 
     def __init__(self, jitted, slow_call, lower_call, is_array):
         self.jitted = _dispatch_jax_function(jitted)
+        # equinox names its jit's function after the user's: the name jax.jit's span would have.
+        self.span_name = f"FastDispatch({_jax.fun_name(self.jitted)})"
         self.slow_call = slow_call
         self.lower_call = lower_call
         self.is_array = is_array
@@ -311,8 +309,8 @@ cdef class FilterDispatcher:
 
     cdef object dispatch(self, object wrapper, dict fields, tuple args, dict kwargs,
                          CallTimes* times):
-        context = _trace_context()
-        if _trace_state.value is not _clean_trace_state:
+        context = trace_context()
+        if not trace_state_clean():
             return self.fallback(wrapper, args, kwargs, "tracer", times, None)
         cdef BindPlan plan = self.plan_for(<object>PyDict_GetItem(fields, _SIGNATURE), args, kwargs)
         if plan.refused:
@@ -482,20 +480,15 @@ cdef class FilterDispatcher:
 def call(wrapper, *args, **kwargs):
     """``FilterJitWrapper.__call__``: equinox's filter_jit call, fast."""
     cdef CallTimes times
-    start_watch(&times)
     cdef dict fields = PyObject_GenericGetDict(wrapper, NULL)
-    cdef PyObject* dispatcher = PyDict_GetItem(fields, _CACHED)
-    if dispatcher == NULL or type(<object>dispatcher) is not FilterDispatcher:
+    cdef PyObject* found = PyDict_GetItem(fields, _CACHED)
+    if found == NULL or type(<object>found) is not FilterDispatcher:
         raise TypeError(f"{type(wrapper).__name__} was not made by fastdispatch.filter_jit")
-    if not times.watch & WATCH_SPANS:
-        if times.watch:
-            reached(&times, AT_START, None)
-        return (<FilterDispatcher>dispatcher).dispatch(wrapper, fields, args, kwargs, &times)
-    # Under jax.profiler: the call's span, named as jit's are.
-    span = _TraceMe(f"FastDispatch({_fun_name(wrapper.__wrapped__)})")
+    cdef FilterDispatcher dispatcher = <FilterDispatcher>found
+    span = begin_call(&times, dispatcher.span_name)
+    if span is None:
+        return dispatcher.dispatch(wrapper, fields, args, kwargs, &times)
     try:
-        reached(&times, AT_START, "flatten")
-        return (<FilterDispatcher>dispatcher).dispatch(wrapper, fields, args, kwargs, &times)
+        return dispatcher.dispatch(wrapper, fields, args, kwargs, &times)
     finally:
-        end_phase(&times)   # still open when the call raised
-        span.__exit__(None, None, None)
+        end_call(&times, span)

@@ -30,8 +30,8 @@ from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE
 
 from fastdispatch._cache cimport CacheEntry, CompiledFunctionCache
 from fastdispatch._dispatch cimport (
-    AT_END, AT_FOUND, AT_LAUNCHED, AT_START, WATCH_CLOCK, WATCH_SPANS,
-    CallTimes, end_phase, reached, record_call, start_watch)
+    AT_END, AT_FOUND, AT_LAUNCHED, WATCH_CLOCK, CallTimes, begin_call, end_call, reached,
+    record_call, trace_context, trace_state_clean)
 from fastdispatch._execute cimport make_executable
 from fastdispatch._pytree cimport TreeDef, flatten_into
 from fastdispatch._signature cimport CallSignature, LeafKind, LEAF_ARRAY, make_signature
@@ -48,10 +48,6 @@ cdef extern from "Python.h":
         descrgetfunc tp_descr_get
         descrsetfunc tp_descr_set
 
-cdef object _trace_context = _jax.trace_context
-cdef object _trace_state = _jax.TRACE_STATE
-cdef object _clean_trace_state = _jax.CLEAN_TRACE_STATE
-cdef object _TraceMe = _jax.TRACE_ME
 cdef object _ARRAY = _jax.ARRAY_TYPE
 cdef object _KEY_ARRAY = _jax.KEY_ARRAY_TYPE
 
@@ -96,7 +92,7 @@ def metadata(variable):
 
 def signature_of(TreeDef treedef, list leaves):
     """The CallSignature of a split call's dynamic leaves, under jax's context now."""
-    signature = _signature_of(treedef, leaves, _trace_context())
+    signature = _signature_of(treedef, leaves, trace_context())
     if signature is None:
         raise TypeError("a leaf the dispatcher does not key")
     return signature
@@ -161,12 +157,8 @@ cdef class Guard:
 
     def __init__(self, int kind, target, target_type=None, keys=(), values=(), Py_ssize_t size=0,
                  expected=None):
-        self.kind = kind
-        self.target = target
-        self.target_type = target_type
-        self.keys = tuple(keys)
-        self.values = tuple(values)
-        self.size = size
+        self.kind, self.target, self.target_type = kind, target, target_type
+        self.keys, self.values, self.size = tuple(keys), tuple(values), size
         self.expected = expected
 
     def holds_now(self):
@@ -214,12 +206,9 @@ cdef class Input:
 
     def __init__(self, int kind, position, root=None, TreeDef treedef=None,
                  Py_ssize_t slot_start=0, Py_ssize_t slot_stop=0):
-        self.kind = kind
-        self.position = position
-        self.root = root
-        self.treedef = treedef
-        self.slot_start = slot_start
-        self.slot_stop = slot_stop
+        self.kind, self.position = kind, position
+        self.root, self.treedef = root, treedef
+        self.slot_start, self.slot_stop = slot_start, slot_stop
 
 
 cdef inline object _argument(object position, tuple args, dict kwargs):
@@ -234,16 +223,11 @@ cdef class Record:
 
     def __init__(self, Py_ssize_t nargs, tuple kwnames, tuple inputs, tuple statics, tuple guards,
                  tuple slots, CacheEntry entry, CallSignature signature, TreeDef out_treedef):
-        self.nargs = nargs
-        self.kwnames = kwnames
-        self.inputs = inputs
-        self.statics = statics
-        self.guards = guards
-        self.slots = slots
-        self.num_slots = len(slots)
-        self.entry = entry
-        self.signature = signature
-        self.out_treedef = out_treedef
+        # The graph: how calls on it are laid out, proved, read and written.
+        self.nargs, self.kwnames, self.inputs, self.statics = nargs, kwnames, inputs, statics
+        self.guards, self.slots, self.num_slots = guards, slots, len(slots)
+        # The executable this record runs on it.
+        self.entry, self.signature, self.out_treedef = entry, signature, out_treedef
 
     cdef bint matches(self, tuple args, dict kwargs) except -1:
         """The call's layout, roots and static arguments are the recorded ones,
@@ -350,18 +334,13 @@ cdef class NnxJitFunction:
 
     def __call__(self, *args, **kwargs):
         cdef CallTimes times
-        start_watch(&times)
-        if not times.watch & WATCH_SPANS:
-            if times.watch:
-                reached(&times, AT_START, None)
+        span = begin_call(&times, self._span_name)
+        if span is None:
             return self._call(args, kwargs, &times)
-        span = _TraceMe(self._span_name)
         try:
-            reached(&times, AT_START, "flatten")
             return self._call(args, kwargs, &times)
         finally:
-            end_phase(&times)   # still open when the call raised
-            span.__exit__(None, None, None)
+            end_call(&times, span)
 
     cdef object _call(self, tuple args, dict kwargs, CallTimes* times):
         cdef Record record
@@ -369,11 +348,11 @@ cdef class NnxJitFunction:
         cdef Py_ssize_t i
         if not self.fast:
             return self._fallback(args, kwargs, "not graph mode with graph updates", times)
-        if _trace_state.value is not _clean_trace_state:
+        if not trace_state_clean():
             return self._fallback(args, kwargs, "tracer", times)
         if _graph_context.tmp_static_cache is not None:
             return self._fallback(args, kwargs, "cached_partial", times)
-        context = _trace_context()
+        context = trace_context()
         records = self.records
         cdef Record holding = None   # a record whose graph this call has, for other shapes
         for i in range(PyTuple_GET_SIZE(records)):
@@ -460,14 +439,11 @@ cdef class NnxJitFunction:
             return self
         return _partial(self, instance)
 
-    def lower(self, *args, **kwargs):
-        return self.flax_function.lower(*args, **kwargs)
-
-    def trace(self, *args, **kwargs):
-        return self.flax_function.trace(*args, **kwargs)
-
-    def eval_shape(self, *args, **kwargs):
-        return self.flax_function.eval_shape(*args, **kwargs)
+    def __getattr__(self, name):
+        # lower, trace, eval_shape (and the AOT objects they make) are flax's.
+        if name in ("lower", "trace", "eval_shape"):
+            return getattr(self.flax_function, name)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     def __repr__(self):
         return f"<fastdispatch nnx.jit of {self.flax_function.fun!r}>"
