@@ -29,9 +29,9 @@ cdef class CallLayout:
     cdef object kwnames                    # the call's keyword names (a tuple), or None
     cdef Py_ssize_t nargs                  # positional arguments
     cdef tuple leaf_index                  # argv index of each leaf, flatten order; None: 0..nargs-1
-    cdef tuple static_index                # argv index of each static keyword, static_args order
+    cdef tuple static_index                # argv index of each static argument, static_args order
     # The leaves of a call laid out like this one whose leaves and static
-    # keywords pass the signature's guard (ARGV_LEAVES: its positional
+    # arguments pass the signature's guard (ARGV_LEAVES: its positional
     # arguments); else None.
     cdef object guard(self, Call* call, CallSignature signature, tuple context)
     cdef bint _same_keywords(self, PyObject* kwnames)

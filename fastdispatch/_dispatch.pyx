@@ -147,12 +147,13 @@ cdef inline bint _all_keyable(tuple values):
 @cython.final
 cdef class CallLayout:
     """Where the leaves of a call sit in its argument array, for calls whose
-    every argument is a leaf, e.g. ``f(x, y)`` or ``f(x, lr=0.1, mode="eval")``.
+    every dynamic argument is a leaf, e.g. ``f(x, y)``, ``f(x, lr=0.1, mode="eval")``
+    or ``f(x, 3, y=y)`` with the 3 static.
 
     A call with the same keyword names, in the same order, and as many
     positional arguments has the previous call's structure: its leaves can be
     read from the array, in jax's order (positional, then keywords by sorted
-    name), without flattening, and its static keyword values compared in place."""
+    name), without flattening, and its static values compared in place."""
 
     cdef object guard(self, Call* call, CallSignature signature, tuple context):
         cdef Py_ssize_t nargs = PyVectorcall_NARGS(call.nargsf)
@@ -207,30 +208,28 @@ cdef class CallLayout:
 
 cdef CallLayout _layout_of(tuple args, dict kwargs, object kwnames,
                            frozenset static_names, CallSignature signature):
-    """The CallLayout of a call, or None when some dynamic argument is not a
-    leaf or a static argument was passed by position."""
+    """The CallLayout of a call, or None when some dynamic argument is not a leaf."""
     cdef tuple static_args = signature.static_args
-    cdef Py_ssize_t i
-    for i in range(0, PyTuple_GET_SIZE(static_args), 3):
-        if type(<object>PyTuple_GET_ITEM(static_args, i)) is int:   # a static position
-            return None
-    if not _all_keyable(args):
+    cdef Py_ssize_t nargs = PyTuple_GET_SIZE(args)
+    # Static positions come first in static_args, in increasing order.
+    cdef tuple static_positions = tuple([label for label in static_args[::3] if type(label) is int])
+    cdef tuple dynamic_positions = tuple([i for i in range(nargs) if i not in static_positions])
+    if not _all_keyable(tuple([args[i] for i in dynamic_positions])):
         return None
     cdef CallLayout layout = CallLayout.__new__(CallLayout)
-    cdef Py_ssize_t nargs = PyTuple_GET_SIZE(args)
     layout.kwnames = kwnames
     layout.nargs = nargs
     layout.leaf_index = None
-    layout.static_index = ()
-    if kwnames is not None:
-        dynamic = sorted(name for name in kwnames if name not in static_names)
+    layout.static_index = static_positions
+    if kwnames is not None or static_positions:
+        dynamic = sorted(name for name in kwnames or () if name not in static_names)
         if not _all_keyable(tuple([kwargs[name] for name in dynamic])):
             return None
-        layout.leaf_index = tuple(range(nargs)) + tuple(
+        layout.leaf_index = dynamic_positions + tuple(
             nargs + kwnames.index(name) for name in dynamic)
-        layout.static_index = tuple(
+        layout.static_index += tuple(
             nargs + kwnames.index(name)
-            for name in sorted(name for name in kwnames if name in static_names))
+            for name in sorted(name for name in kwnames or () if name in static_names))
     num_leaves = nargs if layout.leaf_index is None else len(layout.leaf_index)
     return layout if num_leaves == signature.treedef.num_leaves else None
 
