@@ -15,6 +15,7 @@ import jax.tree_util as jtu
 import numpy as np
 import pytest
 import treecases
+
 from fastdispatch._pytree import TreeDef, first_difference, flatten, unflatten
 
 CASES = treecases.cases()

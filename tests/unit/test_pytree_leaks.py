@@ -9,6 +9,7 @@ import weakref
 
 import jax.tree_util as jtu
 import treecases
+
 from fastdispatch._pytree import first_difference, flatten
 
 

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import jax.tree_util as jtu
 import treecases
-from fastdispatch._pytree import flatten
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
+from fastdispatch._pytree import flatten
 
 # Bounded: ~400 examples over the file, no deadline (jax array leaves are slow to make).
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
