@@ -32,13 +32,13 @@ from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE, PyTuple_New, PyTu
 
 from fastdispatch._cache cimport CacheEntry, CompiledFunctionCache
 from fastdispatch._clock cimport now_ns
-from fastdispatch._execute cimport make_executable
+from fastdispatch._execute cimport Delegate, Executable, make_executable
 from fastdispatch._keys cimport same_items
 from fastdispatch._pytree cimport TreeDef, flatten_into
 from fastdispatch._signature cimport (
     CallSignature, LeafKind, LEAF_HOST, LEAF_TRACER, classify_leaf, make_signature)
 from fastdispatch._cache import default_cache
-from fastdispatch._execute import DELEGATE
+from fastdispatch._execute import HOST_DATA_REASON, NEW_SCALAR_REASON
 from fastdispatch import _jax
 
 cdef extern from "Python.h":
@@ -234,6 +234,22 @@ cdef CallLayout _layout_of(tuple args, dict kwargs, object kwnames,
     return layout if num_leaves == signature.treedef.num_leaves else None
 
 
+cdef inline str _hand_off_reason(PreviousCall previous, object leaves, Call* call):
+    """Why jax.jit takes this call whatever jax's context, or None: the
+    previous call's entry is one jax.jit runs for its numpy leaves, or this
+    call brings a Python scalar value its executable leaves to jax (see
+    Executable.new_scalar_in)."""
+    if previous.hands_off:
+        return HOST_DATA_REASON
+    cdef Executable executable = previous.entry.executable
+    if executable is None or not executable.new_scalars_to_jax:
+        return None
+    if executable.new_scalar_in(
+            call.argv if leaves is ARGV_LEAVES else PySequence_Fast_ITEMS(leaves)):
+        return NEW_SCALAR_REASON
+    return None
+
+
 @cython.final
 cdef class PreviousCall:
     """The guard's guess for the next call: the previous call's entry, its own
@@ -331,7 +347,7 @@ cdef class CompiledFunction:
         return self._call(&call)
 
     cdef object _call(self, Call* call):
-        """Steps 1 and 2: jax's state, then the guard on the argument array."""
+        """Steps 1 and 2: the guard on the argument array, then jax's state."""
         cdef CallTimes times
         times.start = times.flattened = times.keyed = times.found = 0
         times.launched = times.end = 0
@@ -340,16 +356,25 @@ cdef class CompiledFunction:
         if self._entries is None:
             raise TypeError("CompiledFunction was created without __init__: "
                             "make one with fastdispatch.jit(fun)")
+        cdef PreviousCall previous = self._previous
+        cdef object leaves = None
+        if previous is not None and previous.layout is not None and not previous.entry.evicted:
+            leaves = previous.layout.guard(call, previous.signature, None)
+            if leaves is not None and _trace_sink is None:
+                # jax.jit takes a call for what its leaves are (numpy arguments,
+                # a step counter's new value: it converts them faster); jax's
+                # context and trace state cannot change that, so neither is read.
+                reason = _hand_off_reason(previous, leaves, call)
+                if reason is not None:
+                    self._entries.touch(previous.entry)
+                    return self._fallback(call, reason, &times, None)
         context = _trace_context()
         if _trace_state.value is not _clean_trace_state:
             return self._fallback(call, "tracer", &times, None)
-        cdef PreviousCall previous = self._previous
-        if previous is not None and previous.layout is not None and not previous.entry.evicted:
-            leaves = previous.layout.guard(call, previous.signature, context)
-            if leaves is not None:
-                if _trace_sink is not None:
-                    times.flattened = times.keyed = times.found = now_ns()
-                return self._run(previous.entry, leaves, call, &times)
+        if leaves is not None and previous.signature.same_context(context):
+            if _trace_sink is not None:
+                times.flattened = times.keyed = times.found = now_ns()
+            return self._run(previous.entry, leaves, call, &times)
         return self._general(call, context, &times)
 
     cdef object _general(self, Call* call, tuple context, CallTimes* times):
@@ -418,8 +443,8 @@ cdef class CompiledFunction:
         if leaves is ARGV_LEAVES:
             leaves = _tuple_from_array(call.argv, PyVectorcall_NARGS(call.nargsf))
         out = entry.executable.run(leaves, &times.launched if _trace_sink is not None else NULL)
-        if out is DELEGATE:
-            return self._fallback(call, "scalar_conversion", times, entry.signature)
+        if type(out) is Delegate:
+            return self._fallback(call, (<Delegate>out).reason, times, entry.signature)
         if _trace_sink is not None:
             times.end = now_ns()
             self._record(times, True, 0, None, entry.signature)
@@ -495,6 +520,8 @@ cdef class CompiledFunction:
         previous.signature = signature
         previous.layout = _layout_of(args, kwargs, None if kwnames == NULL else <object>kwnames,
                                      self._static_argnames, signature)
+        previous.hands_off = (previous.layout is not None and entry.executable is None
+                              and entry.slow_reason is HOST_DATA_REASON)
         self._previous = previous
 
     cdef tuple _split_static(self, tuple args, dict kwargs):

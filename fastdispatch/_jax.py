@@ -30,8 +30,27 @@ Private names used, all read here only:
                                           pgle_profiler
   MeshExecutable._in_shardings, in_avals, _dispatch_in_layouts
                                           what the executable expects of each kept input
+  ExecuteReplicated._local_devices, keepalive
+                                          the devices a token is threaded per; what the
+                                          host callbacks need kept alive
+  jax.stages.Compiled._params.const_args  constants jax passes ahead of the arguments
   jax._src.dispatch.needs_check_special   jax_debug_nans / jax_debug_infs
-  jaxlib batched_device_put               puts a converted Python scalar on its device
+  jax._src.dispatch.runtime_tokens        jax's per-thread effect tokens (RuntimeTokenSet:
+                                          current_tokens, output_runtime_tokens,
+                                          get_token_input)
+  jax._src.core.Token                     an ordered effect's token, wrapping its array
+  jaxlib LoadedExecutable.execute_sharded(..., with_tokens=True), ExecuteResults
+  .consume_token, ShardedToken.get_token  an effectful execution and its runtime tokens
+  jaxlib batched_device_put               puts host data (a Python or numpy scalar, a
+                                          numpy array) on one device as a jax Array
+  jax._src.config.transfer_guard_host_to_device, explicit_device_put_scope
+                                          the host-to-device transfer guard and what
+                                          makes a transfer explicit to it
+  jax._src.config.enable_x64              x64, which fixes a host value's dtype
+  jax._src.dtypes.canonicalize_dtype      a numpy dtype as jax stores it (x64 off: 32-bit)
+  jax._src.dtypes.canonicalize_value      a host value cast as jax.device_put casts it
+  jax._src.interpreters.pxla.get_default_device
+                                          where device_put puts data when given no device
 """
 
 from __future__ import annotations
@@ -45,6 +64,7 @@ from jax._src import array as _array
 from jax._src import config as _config
 from jax._src import core as _core
 from jax._src import dispatch as _dispatch
+from jax._src import dtypes as _dtypes
 from jax._src import tree_util as _tree_util
 from jax._src.interpreters import pxla as _pxla
 from jax._src.lib import _jax as _xc
@@ -210,15 +230,22 @@ class ExecutableParts(NamedTuple):
     kept: tuple  # indices of the flat inputs the executable takes, increasing
     in_shardings: tuple  # the sharding each kept input must have
     in_avals: tuple  # the aval of each kept input
+    ordered_effects: tuple  # jax's ordered effects: one token input and output each
+    with_tokens: bool  # effects: run with runtime tokens, as ExecuteReplicated does
+    devices: tuple  # the executable's local devices, in its order (its tokens' order)
+    keepalive: object  # what the executable's host callbacks need kept alive
 
 
 def executable_parts(compiled) -> ExecutableParts | str:
     """Split ``compiled`` into the pieces of a direct PjRt call, or say why not.
 
-    Mirrors the conditions of jax's own fast path (``pjit._get_fastpath_data``):
-    a plain replicated executable with no effects, callbacks, mutable arrays,
-    profiling or custom input layouts.  Whether the call's own inputs fit is
-    the execute layer's to check.  A returned string is the reason for the slow path.
+    Runs what ``pxla.ExecuteReplicated.__call__`` runs: a plain replicated
+    executable with no mutable arrays, profiling, custom input layouts or
+    constants passed as arguments.  Effects are run as it runs them (tokens in
+    and out, ``with_tokens``); host callbacks without effects (``pure_callback``)
+    run without tokens, as on jax's own C++ fast path (``pjit._get_fastpath_data``).
+    Whether the call's own inputs fit is the execute layer's to check.  A
+    returned string is the reason for the slow path.
     """
     executable = compiled._executable
     if not isinstance(executable, _pxla.MeshExecutable):
@@ -226,8 +253,6 @@ def executable_parts(compiled) -> ExecutableParts | str:
     call = executable.unsafe_call
     if not isinstance(call, _pxla.ExecuteReplicated):
         return "not a replicated executable"
-    if call.ordered_effects or call.has_unordered_effects or call.has_host_callbacks:
-        return "effects"
     if call.mut is not None:
         return "mutable arrays"
     if call.pgle_profiler is not None:
@@ -236,6 +261,14 @@ def executable_parts(compiled) -> ExecutableParts | str:
         return "debug_nans or debug_infs"
     if any(layout is not None for layout in executable._dispatch_in_layouts):
         return "custom input layouts"
+    if getattr(compiled._params, "const_args", ()):
+        # jax_use_simplified_jaxpr_constants: jax passes them first and
+        # kept_var_idx counts them.
+        return "constants passed as arguments"
+    ordered = tuple(call.ordered_effects)
+    devices = tuple(call._local_devices)
+    if ordered and len(devices) != 1:
+        return "ordered effects on several devices"
     handlers = list(call.out_handler.handlers)
     if len(handlers) != compiled.out_tree.num_leaves:
         return "outputs flatten differently for dispatch"
@@ -247,11 +280,83 @@ def executable_parts(compiled) -> ExecutableParts | str:
         tuple(sorted(call.kept_var_idx)),
         tuple(executable._in_shardings),
         tuple(executable.in_avals),
+        ordered,
+        bool(ordered or call.has_unordered_effects),
+        devices,
+        call.keepalive,
     )
 
 
-def put_scalar(value, aval, sharding, device):
-    """A device array holding the Python scalar ``value`` as an input of this
-    aval and (one-device) sharding expects it, converted as jax converts it."""
-    host = np.asarray(value, dtype=aval.dtype)
-    return _xc.batched_device_put(aval, sharding, [host], [device], False)
+# -- effects ---------------------------------------------------------------------------
+
+# An ordered effect's token: core.Token(array).  Its array is what the
+# executable takes and returns for the effect.
+TOKEN_TYPE = _core.Token
+
+
+def runtime_tokens():
+    """jax's effect tokens for the calling thread (``dispatch.runtime_tokens``, a
+    threading.local).  Read on every call: ``current_tokens`` and
+    ``output_runtime_tokens`` are per thread, and ``clear()`` (jax.effects_barrier)
+    replaces them."""
+    return _dispatch.runtime_tokens
+
+
+def fresh_token_buffer(device):
+    """A ``bool[0]`` array on ``device``: what jax passes for an ordered effect's
+    token after blocking on the previous one (``array._token_shard_arg``).  The
+    executable never reads it, nor donates it, so one serves every call."""
+    host = np.zeros(0, np.bool_)
+    with _config.explicit_device_put_scope():
+        return _xc.batched_device_put(
+            _core.typeof(host), jax.sharding.SingleDeviceSharding(device), [host], [device], True
+        )
+
+
+# -- host data ---------------------------------------------------------------------------
+
+
+def put_host(value, aval, sharding, device, committed):
+    """``value`` (a Python or numpy scalar, a numpy array) as a jax Array of
+    ``aval`` on ``device``, converted by jaxlib's C++ as jax.jit converts its
+    arguments (64-bit squashed when x64 is off; numpy memory aliased, not copied).
+
+    jaxlib does not check ``aval`` against the value: callers pass the aval jax
+    gives a value of this type, dtype and shape.  The implicit host-to-device
+    transfer guard applies (inside ``explicit_put_scope()``, the explicit one).
+    Raises jax's JaxRuntimeError for a value that does not convert (an int too
+    large for int32) or a transfer the guard disallows."""
+    return _xc.batched_device_put(aval, sharding, [value], [device], committed)
+
+
+def host_transfer_guard():
+    """The host-to-device transfer guard in force: None (unset), "allow", "log",
+    "disallow", "log_explicit" or "disallow_explicit".  Not part of
+    ``trace_context()``: read it where a transfer might be skipped."""
+    return _config.transfer_guard_host_to_device.value
+
+
+explicit_put_scope = _config.explicit_device_put_scope
+default_device = _pxla.get_default_device
+
+
+def x64_enabled() -> bool:
+    return _config.enable_x64.value
+
+
+def host_array_aval(dtype, shape):
+    """The aval jax gives a numpy array or scalar of this dtype and shape (not weak)."""
+    return _core.ShapedArray(shape, _dtypes.canonicalize_dtype(dtype))
+
+
+def canonicalize_host(value):
+    """A numpy value of a 64-bit dtype cast as jax.device_put casts it when x64 is
+    off (numpy's cast, with numpy's overflow warning); jaxlib's own squashing
+    casts silently."""
+    return _dtypes.canonicalize_value(value)
+
+
+def python_scalar_aval(value):
+    """The aval jax gives a Python scalar (weak, but bool); OverflowError for an int
+    beyond the integer type x64 allows."""
+    return _core.typeof(value)
