@@ -10,7 +10,7 @@ from Cython.Build import cythonize
 from setuptools import Extension, setup
 
 # One extension per concept, in the order of one call (see docs/architecture.md).
-MODULES = ["_pytree", "_signature", "_execute", "_cache", "_dispatch"]
+MODULES = ["_pytree", "_signature", "_execute", "_cache", "_dispatch", "_device_put"]
 
 COMPILER_DIRECTIVES = {
     "language_level": 3,

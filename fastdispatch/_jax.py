@@ -316,6 +316,11 @@ def fresh_token_buffer(device):
 # -- host data ---------------------------------------------------------------------------
 
 
+# jaxlib's own function, for callers that build its argument lists themselves
+# (fastdispatch.device_put: ~0.1 us a leaf less than put_host's frame).
+batched_device_put = _xc.batched_device_put
+
+
 def put_host(value, aval, sharding, device, committed):
     """``value`` (a Python or numpy scalar, a numpy array) as a jax Array of
     ``aval`` on ``device``, converted by jaxlib's C++ as jax.jit converts its

@@ -163,6 +163,11 @@ def test_put_host_converts_as_jax_does():
     with pytest.raises(_jax.RUNTIME_ERROR, match="Unable to convert Python scalar"):
         _jax.put_host(2**40, _jax.python_scalar_aval(1), sharding, device, False)
     assert _jax.default_device() == device and _jax.x64_enabled() is False
+    same = _jax.batched_device_put(put.aval, sharding, [x], [device], False)
+    np.testing.assert_array_equal(same, x)
+    assert _jax.canonicalize_host(np.ones(2)).dtype == np.float32
+    with pytest.warns(RuntimeWarning, match="overflow encountered in cast"):
+        _jax.canonicalize_host(np.full(2, 1e40))
 
 
 def test_transfer_guard_reads_and_explicit_scope():
