@@ -24,7 +24,7 @@ from collections.abc import Callable
 import jax
 import numpy as np
 
-from .dispatch import Workload
+from .dispatch import Workload, quiet_stdout
 from .raw import raw_runner
 
 JAX, FASTDISPATCH, EQUINOX, RAW = "jax.jit", "fastdispatch", "equinox", "raw"
@@ -97,12 +97,19 @@ def run_workload(w: Workload, impls: list[Impl], repeats: int, target_s: float) 
             "(run the benchmark in a fresh process: jax's backends had already started)"
         )
         return result
-    reference_fn = jax.jit(w.fun, **w.jit_options)
+    with quiet_stdout() if w.quiet else contextlib.nullcontext():
+        _run_checked(w, impls, repeats, target_s, result)
+    return result
+
+
+def _run_checked(w: Workload, impls: list[Impl], repeats: int, target_s: float, result: Result) -> None:
+    given = w.given() if w.given is not None else None
+    reference_fn = given[JAX] if given is not None else jax.jit(w.fun, **w.jit_options)
     try:
         expected = _outputs(w, reference_fn)
     except Exception as e:
         result.error = f"jax.jit {_raised(e)}"
-        return result
+        return
 
     loops = {JAX: _bind(w, reference_fn)}
     for impl in impls:
@@ -110,9 +117,11 @@ def run_workload(w: Workload, impls: list[Impl], repeats: int, target_s: float) 
             continue  # said once, in the report's header
         context = _trace_context() if w.traced and impl.name == FASTDISPATCH else None
         why = _why_not(w, impl)
+        if not why and given is not None and impl.name not in given:
+            why = w.equinox or "no such function"
         if not why:
             try:
-                fn = impl.wrap(w)
+                fn = given[impl.name] if given is not None else impl.wrap(w)
                 first, fed_back = _outputs(w, fn, context)
                 why = _difference(expected[0], first) or _difference(
                     expected[1], fed_back, label=f"output after {FED_BACK_CALLS} calls"
@@ -126,7 +135,7 @@ def run_workload(w: Workload, impls: list[Impl], repeats: int, target_s: float) 
             if impl.name == FASTDISPATCH and not w.traced:
                 result.fallbacks = _fallbacks(w, fn)
     try:
-        run = _raw_runner(w)
+        run = given[RAW] if given is not None else _raw_runner(w)
         why = _difference(expected[0], run(), flat=True)
     except Exception as e:
         why = _raised(e)
@@ -149,7 +158,6 @@ def run_workload(w: Workload, impls: list[Impl], repeats: int, target_s: float) 
         start = r % len(names)
         for name in names[start:] + names[:start]:
             result.samples[name].append(_time(loops[name], n))
-    return result
 
 
 FED_BACK_CALLS = 3  # outputs are also checked after this many calls of the workload's loop

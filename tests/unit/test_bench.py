@@ -37,6 +37,21 @@ def test_donated_workload_with_outputs_fed_back():
     assert len(result.samples[JAX]) == 2 and len(result.samples[RAW]) == 2
 
 
+def test_device_put_row_times_given_functions():
+    result = tiny_run("device_put_8")
+    assert not result.error
+    assert {JAX, FASTDISPATCH, RAW} <= set(result.samples), result.skipped
+    assert result.ratio() > 0
+
+
+def test_effect_rows_run_quietly_with_their_raw_limit(capfd):
+    for name in ("debug_print", "ordered_callback"):
+        result = tiny_run(name)
+        assert not result.error
+        assert {JAX, FASTDISPATCH, RAW} <= set(result.samples), result.skipped
+    assert "x = " not in capfd.readouterr().out  # debug_print's stdout went to os.devnull
+
+
 def test_an_implementation_that_differs_from_jax_is_not_timed():
     def to_bfloat16(w):
         return jax.jit(lambda x, y: (x + y).astype(jnp.bfloat16))
