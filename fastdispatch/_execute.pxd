@@ -22,7 +22,7 @@ cdef class Executable:
     cdef tuple scalar_buffers          # per kept input: {value bits: device array} (SCALAR), or None
     cdef bint reuse_scalar_buffers     # False when the function donates arguments
     cdef readonly bint new_scalars_to_jax  # a scalar value not seen before: jax.jit converts it faster
-    cdef tuple seen_scalars            # per kept input: value bits met once (SCALAR), or None
+    cdef list last_scalars             # per kept input: the last value's bits met (SCALAR), or None
     # Effects (see _execute_with_tokens): as pxla.ExecuteReplicated runs them.
     cdef bint with_tokens              # run with runtime tokens (the executable has effects)
     cdef tuple ordered_effects         # one token input and output each, ahead of the others
@@ -36,8 +36,8 @@ cdef class Executable:
     # value jax converts faster).  With tracing on, launched[0] is stamped once
     # the executable has returned.
     cdef object run(self, object leaves, long long* launched)
-    # For new_scalars_to_jax: some scalar leaf holds a value neither kept nor
-    # seen once before (it is now seen): jax.jit should take the call.
+    # For new_scalars_to_jax: some scalar leaf holds a value neither kept on
+    # device nor the previous call's: jax.jit should take the call.
     cdef bint new_scalar_in(self, PyObject** leaves)
     cdef bint _is_new(self, Py_ssize_t input, object bits)
     cdef object _scalar_buffer(self, Py_ssize_t input, object value, bint reuse)

@@ -3,7 +3,6 @@
 from typing import Any, NamedTuple
 
 MAX_REUSED_SCALARS: int
-MAX_SEEN_SCALARS: int
 HOST_DATA_REASON: str
 NEW_SCALAR_REASON: str
 HOST_BREAK_EVEN_LEAVES: int

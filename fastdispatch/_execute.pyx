@@ -21,7 +21,7 @@ import numpy as np
 from cpython.list cimport PyList_GET_ITEM, PyList_New, PyList_SET_ITEM
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from cpython.object cimport PyObject
-from cpython.ref cimport Py_INCREF
+from cpython.ref cimport Py_DECREF, Py_INCREF
 from cpython.sequence cimport PySequence_Fast_ITEMS
 from cpython.tuple cimport PyTuple_GET_ITEM
 from libc.string cimport memcpy
@@ -32,10 +32,8 @@ from fastdispatch._signature cimport (
     CallSignature, LeafKey, LeafKind, LEAF_ARRAY, LEAF_HOST, LEAF_KEY, LEAF_SCALAR)
 from fastdispatch import _jax
 
-# Distinct values an executable keeps on device per Python scalar input, and
-# values it remembers having seen once (see Executable._is_new).
+# Distinct values an executable keeps on device per Python scalar input.
 MAX_REUSED_SCALARS = 64
-MAX_SEEN_SCALARS = 256
 
 # Why jax.jit runs an entry whose numpy arguments we would convert more slowly
 # than it does (a hand-off decided by the leaves alone: see _dispatch).
@@ -46,13 +44,13 @@ NEW_SCALAR_REASON = sys.intern("new scalar value")
 
 # Converting host data ourselves (jaxlib batched_device_put, ~2.3 us: most of it
 # building the Python jax Array) costs more than jax.jit's C++ conversion
-# (~1.2 us for a numpy array, ~1 us for a Python scalar, which builds no Python
-# object); our dispatch saves ~0.35 us per array leaf (docs/performance.md).
-# So an entry converts a numpy argument itself only when it has at least
-# HOST_BREAK_EVEN_LEAVES other leaves per numpy argument, and a Python scalar
-# value it has not seen before only with NEW_SCALAR_BREAK_EVEN_LEAVES per scalar.
+# (~1 us a numpy array or Python scalar, no Python object built); our dispatch
+# saves ~0.1 to 0.35 us per array leaf.  Measured with k arrays and one numpy
+# array or new Python int (docs/performance.md), converting here beats handing
+# the call to jax.jit from about 6 array leaves on: an entry converts host data
+# itself only with at least that many other leaves per host leaf.
 HOST_BREAK_EVEN_LEAVES = 6
-NEW_SCALAR_BREAK_EVEN_LEAVES = 4
+NEW_SCALAR_BREAK_EVEN_LEAVES = 6
 
 cdef str _KEY_BUFFER = sys.intern(_jax.KEY_BUFFER_ATTR)
 cdef object _put_host = _jax.put_host
@@ -223,20 +221,19 @@ cdef class Executable:
         return False
 
     cdef bint _is_new(self, Py_ssize_t input, object bits):
-        """A value of this scalar input neither kept on device nor seen once
-        before; it counts as seen from now on.  A value seen twice is a
-        constant in the making (a learning rate): converted and kept from its
+        """A value of this scalar input neither kept on device nor the one the
+        previous call brought; it is the one now.  A value that comes twice in
+        a row is a constant (a learning rate): converted and kept from its
         second call.  A step counter never comes back."""
         if bits is None:
             return True
         if bits in <dict>PyTuple_GET_ITEM(self.scalar_buffers, input):
             return False
-        cdef set seen = <set>PyTuple_GET_ITEM(self.seen_scalars, input)
-        if bits in seen:
+        if <object>PyList_GET_ITEM(self.last_scalars, input) == bits:
             return False
-        if len(seen) >= MAX_SEEN_SCALARS:
-            seen.clear()
-        seen.add(bits)
+        Py_INCREF(bits)
+        Py_DECREF(<object>PyList_GET_ITEM(self.last_scalars, input))
+        PyList_SET_ITEM(self.last_scalars, input, bits)
         return True
 
     cdef object _scalar_buffer(self, Py_ssize_t input, object value, bint reuse):
@@ -372,18 +369,12 @@ cdef object make_executable(object compiled, CallSignature signature, list leave
         executable.takes_leaves_as_is &= executable.input_kind[j] == LEAF_ARRAY
     executable.host_inputs = tuple(host_inputs)
     executable.has_scalars = num_scalars > 0
-    # The compiling call's values count as seen once: jax.jit converted them.
-    buffers, seen = [], []
-    for j in range(n):
-        if executable.input_kind[j] == LEAF_SCALAR:
-            bits = _scalar_bits(leaves[executable.input_leaf[j]])
-            buffers.append({})
-            seen.append(set() if bits is None else {bits})
-        else:
-            buffers.append(None)
-            seen.append(None)
-    executable.scalar_buffers = tuple(buffers)
-    executable.seen_scalars = tuple(seen)
+    # The compiling call's values are the last ones seen: jax.jit converted them.
+    executable.scalar_buffers = tuple([
+        {} if executable.input_kind[j] == LEAF_SCALAR else None for j in range(n)])
+    executable.last_scalars = [
+        _scalar_bits(leaves[executable.input_leaf[j]])
+        if executable.input_kind[j] == LEAF_SCALAR else None for j in range(n)]
     executable.reuse_scalar_buffers = not donates
     executable.new_scalars_to_jax = (
         num_scalars > 0 and num_other < NEW_SCALAR_BREAK_EVEN_LEAVES * num_scalars)
