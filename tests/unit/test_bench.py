@@ -92,3 +92,13 @@ def test_only_selects_workloads_and_groups():
 def test_unknown_workload_is_refused():
     with pytest.raises(ValueError, match="unknown workload"):
         bench.select("no_such_workload")
+
+
+def test_host_routes_all_run(capsys):
+    from fastdispatch.bench import host
+
+    for group in host.routes().values():
+        timings = host.measure(group, repeats=1, target_s=0.0005)
+        assert set(timings) == set(group) and all(us > 0 for us in timings.values())
+    assert host.main(["--repeats", "1"]) == 0
+    assert "batched_device_put" in capsys.readouterr().out
