@@ -4,7 +4,7 @@ for pytrees of numpy arrays, Python and numpy scalars and jax arrays.
 
 The seed's ``device_put`` (jax_jit.cc), over a pytree: each host leaf goes to
 jaxlib's C++ conversion (``batched_device_put``, as jax.jit converts its
-arguments) with the aval jax gives it, cached by dtype, shape and x64; jax's
+arguments) with the aval jax gives it, cached by type, dtype, shape and x64; jax's
 own ``device_put`` (~110 us for 8 small arrays) spends most of its time in
 Python around that same call.  Results are jax.device_put's: dtype (64-bit
 squashed when x64 is off), weak type, sharding, committed exactly when a
@@ -14,7 +14,6 @@ committed move, an unusual dtype, a value that does not convert) goes to
 jax.device_put, leaf by leaf, so it also raises jax's errors.
 """
 import jax
-import numpy as np
 
 from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE, PyList_New, PyList_SET_ITEM
 from cpython.ref cimport Py_INCREF
@@ -22,30 +21,20 @@ from libc.float cimport FLT_MAX
 from libc.math cimport fabs, isinf
 
 from fastdispatch._pytree cimport TreeDef, flatten_into
-from fastdispatch._signature cimport LeafKind, LEAF_ARRAY, LEAF_HOST, LEAF_SCALAR, classify_leaf
+from fastdispatch._signature cimport (
+    LeafKind, LEAF_ARRAY, LEAF_HOST, LEAF_SCALAR, classify_leaf, plain_host_value)
 from fastdispatch import _jax
 
+# Read once per leaf: bound here.  The rest is read through _jax once per call.
 cdef object _batched_device_put = _jax.batched_device_put
-cdef object _jax_device_put = jax.device_put
-cdef object _Device = jax.Device
-cdef object _SingleDeviceSharding = jax.sharding.SingleDeviceSharding
-cdef object _default_device = _jax.default_device
-cdef object _host_transfer_guard = _jax.host_transfer_guard
-cdef object _explicit_put_scope = _jax.explicit_put_scope
-cdef object _x64_enabled = _jax.x64_enabled
-cdef object _host_array_aval = _jax.host_array_aval
-cdef object _python_scalar_aval = _jax.python_scalar_aval
 cdef object _canonicalize_host = _jax.canonicalize_host
-cdef object _trace_state = _jax.TRACE_STATE
-cdef object _clean_trace_state = _jax.CLEAN_TRACE_STATE
-cdef object _ndarray = np.ndarray
-cdef object _generic = np.generic
-cdef str _NUMERIC_KINDS = "biufc"
-cdef object _ALLOW = "allow"
+cdef object _jax_device_put = jax.device_put
+
 
 # device -> its SingleDeviceSharding, or None for a device of another process.
 cdef dict _shardings = {}
-# (dtype, shape, x64) or (Python scalar type, x64) -> the aval jax gives such a value.
+# (type, dtype, shape, x64) or (Python scalar type, x64) -> the aval jax gives such a
+# value (False: jax puts it).  Avals are interned by jax: the cache only saves the making.
 cdef dict _avals = {}
 # Bounds _avals: shapes vary without end in some programs.
 MAX_AVALS = 4096
@@ -57,7 +46,7 @@ cdef object _sharding_of(object device):
         return found
     sharding = None
     if device.process_index == jax.process_index():
-        sharding = _SingleDeviceSharding(device)
+        sharding = jax.sharding.SingleDeviceSharding(device)
     _shardings[device] = sharding
     return sharding
 
@@ -78,7 +67,7 @@ cdef object _scalar_aval(object leaf, bint x64):
     if aval is None:
         # Every value of a Python scalar type has one aval (an int's range
         # is checked by the conversion itself).
-        aval = _python_scalar_aval(leaf_type(0) if leaf_type is not bool else False)
+        aval = _jax.python_scalar_aval(leaf_type(0) if leaf_type is not bool else False)
         _avals[key] = aval
     return aval
 
@@ -89,19 +78,12 @@ cdef inline bint _beyond_float32(double value):
 
 cdef object _array_aval(object leaf, bint x64):
     """The aval jax.device_put gives a numpy array or scalar, or None when jax
-    must put it (a subclass, an unusual dtype).  Decided once per dtype and shape."""
-    leaf_type = type(leaf)
-    if leaf_type is not _ndarray and not isinstance(leaf, _generic):
-        return None   # a subclass (a masked array, say): jax knows what to do
-    dtype = leaf.dtype
-    shape = leaf.shape
-    key = (dtype, shape, x64)
+    must put it (a subclass, an unusual dtype).  Decided once per type, dtype
+    and shape."""
+    key = (type(leaf), leaf.dtype, leaf.shape, x64)
     aval = _avals.get(key)
     if aval is None:
-        if dtype.kind in _NUMERIC_KINDS and dtype.isnative and dtype.fields is None:
-            aval = _host_array_aval(dtype, shape)
-        else:
-            aval = False
+        aval = _jax.host_array_aval(leaf.dtype, leaf.shape) if plain_host_value(leaf) else False
         if len(_avals) >= MAX_AVALS:
             _avals.clear()
         _avals[key] = aval
@@ -113,7 +95,7 @@ cdef list put_leaves(list leaves, object device, object target, object sharding,
     cdef Py_ssize_t i, n = PyList_GET_SIZE(leaves)
     cdef list out = PyList_New(n)
     cdef LeafKind kind
-    cdef bint x64 = _x64_enabled()
+    cdef bint x64 = _jax.x64_enabled()
     cdef object leaf, put, aval
     cdef list devices = [target]
     for i in range(n):
@@ -147,22 +129,22 @@ def device_put(x, device=None):
     ``device`` a ``jax.Device`` or None (jax's default device, uncommitted).
     Results are exactly jax.device_put's.  A sharding, or any other ``device``,
     goes to jax.device_put whole."""
-    if device is not None and not isinstance(device, _Device):
+    if device is not None and not isinstance(device, jax.Device):
         return _jax_device_put(x, device)
-    if _trace_state.value is not _clean_trace_state:
+    if _jax.TRACE_STATE.value is not _jax.CLEAN_TRACE_STATE:
         return _jax_device_put(x, device)   # under a transformation jax stages it
     cdef bint committed = device is not None
-    target = device if committed else _default_device()
+    target = device if committed else _jax.default_device()
     sharding = _sharding_of(target)
     if sharding is None:
         return _jax_device_put(x, device)
     cdef list leaves = []
     cdef TreeDef treedef = flatten_into(x, leaves)
-    guard = _host_transfer_guard()
-    if guard is None or guard == _ALLOW:
+    guard = _jax.host_transfer_guard()
+    if guard is None or guard == "allow":
         out = put_leaves(leaves, device, target, sharding, committed)
     else:
         # A transfer guard is set: the puts are explicit ones, as jax.device_put's.
-        with _explicit_put_scope():
+        with _jax.explicit_put_scope():
             out = put_leaves(leaves, device, target, sharding, committed)
     return treedef.unflatten(out)

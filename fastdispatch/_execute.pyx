@@ -16,8 +16,6 @@ runs them, with jax's runtime tokens.  Whatever it cannot run,
 import sys
 from collections import namedtuple
 
-import numpy as np
-
 from cpython.list cimport PyList_GET_ITEM, PyList_New, PyList_SET_ITEM
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from cpython.object cimport PyObject
@@ -29,7 +27,7 @@ from libc.string cimport memcpy
 from fastdispatch._clock cimport now_ns
 from fastdispatch._pytree cimport TreeDef, flatten_into
 from fastdispatch._signature cimport (
-    CallSignature, LeafKey, LeafKind, LEAF_ARRAY, LEAF_HOST, LEAF_KEY, LEAF_SCALAR)
+    CallSignature, LeafKey, LeafKind, LEAF_ARRAY, LEAF_HOST, LEAF_KEY, LEAF_SCALAR, plain_host_value)
 from fastdispatch import _jax
 
 # Distinct values an executable keeps on device per Python scalar input.
@@ -61,9 +59,6 @@ cdef object _runtime_tokens = _jax.runtime_tokens
 cdef object _fresh_token_buffer = _jax.fresh_token_buffer
 cdef object _Token = _jax.TOKEN_TYPE
 cdef object _ALLOW = "allow"
-cdef object _ndarray = np.ndarray
-cdef object _generic = np.generic
-cdef str _NUMERIC_KINDS = "biufc"
 
 # How to put one host value (a Python scalar, a numpy value) where the executable wants it.
 HostInput = namedtuple("HostInput", "aval sharding device")
@@ -303,16 +298,11 @@ cdef class Executable:
         return _consume(results, self.out_handlers)
 
 
-cdef inline bint _convertible_host_value(object leaf, object aval):
-    """A numpy array or scalar batched_device_put puts as jax.jit would: an exact
-    numpy type, a native numeric dtype that is already the input's (no 64-bit
-    squashing), plain memory."""
-    leaf_type = type(leaf)
-    if leaf_type is not _ndarray and not isinstance(leaf, _generic):
-        return False
-    dtype = leaf.dtype
-    return (dtype.kind in _NUMERIC_KINDS and dtype.isnative and dtype.fields is None
-            and dtype == aval.dtype and tuple(leaf.shape) == tuple(aval.shape))
+cdef inline bint _convertible_host_value(object leaf, object aval) except -1:
+    """A numpy array or scalar batched_device_put puts as jax.jit would, of the
+    input's very dtype (no 64-bit squashing) and shape."""
+    return (plain_host_value(leaf) and leaf.dtype == aval.dtype
+            and tuple(leaf.shape) == tuple(aval.shape))
 
 
 cdef object make_executable(object compiled, CallSignature signature, list leaves, bint donates):

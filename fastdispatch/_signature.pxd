@@ -15,6 +15,10 @@ cdef enum LeafKind:
 
 cdef LeafKind classify_leaf(object leaf)
 
+# A LEAF_HOST value jaxlib's batched_device_put converts as jax does: an exact
+# numpy array or a numpy scalar, of a native numeric dtype.
+cdef bint plain_host_value(object leaf) except -1
+
 # One dynamic leaf's part of the key.  Which fields are set depends on kind;
 # the others are NULL (owned references, released with the signature).
 cdef struct LeafKey:

@@ -68,6 +68,18 @@ cdef LeafKind classify_leaf(object leaf):
     return _kind_of(leaf)
 
 
+cdef str _NUMERIC_KINDS = "biufc"   # bool, signed and unsigned int, float, complex
+
+
+cdef bint plain_host_value(object leaf) except -1:
+    # Not a subclass (a masked array), not a structured, string, object or
+    # extended (bfloat16) dtype, not byte-swapped: those go to jax.
+    if type(leaf) is not _NDARRAY and not isinstance(leaf, np.generic):
+        return False
+    dtype = leaf.dtype
+    return dtype.kind in _NUMERIC_KINDS and dtype.isnative and dtype.fields is None
+
+
 @cython.final
 cdef class _ArrayField:
     """One attribute of jax's Array type, read through its descriptor's C slot:

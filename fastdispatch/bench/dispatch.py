@@ -295,6 +295,19 @@ def _device_put_functions():
     return functions
 
 
+def _effect_step(name: str, title: str, fun: Callable, note: str, **options) -> Workload:
+    """A step with effects on one small array; each loop waits for them (jax.effects_barrier)."""
+    return Workload(
+        name,
+        title,
+        fun,
+        lambda: ((_vec(1.0),), {}),
+        loop=same_args_then_barrier,
+        note=f"{note}; each loop ends with jax.effects_barrier()",
+        **options,
+    )
+
+
 @contextlib.contextmanager
 def quiet_stdout():
     """Send sys.stdout to os.devnull (jax.debug.print writes there from its callback)."""
@@ -415,22 +428,12 @@ WORKLOADS = [
         note=f"params: {BATCH_LAYERS}-layer dict fed back; x, y: numpy f32[4,8], "
         f"{NUMPY_BATCHES} batches in turn; raw limit has the first batch already on the device",
     ),
-    Workload(
-        "debug_print",
-        "jax.debug.print step",
-        printed_step,
-        lambda: ((_vec(1.0),), {}),
-        loop=same_args_then_barrier,
-        quiet=True,
-        note="stdout to os.devnull; each loop ends with jax.effects_barrier()",
-    ),
-    Workload(
+    _effect_step("debug_print", "jax.debug.print step", printed_step, "stdout to os.devnull", quiet=True),
+    _effect_step(
         "ordered_callback",
         "ordered io_callback step",
         ordered_callback_step,
-        lambda: ((_vec(1.0),), {}),
-        loop=same_args_then_barrier,
-        note="io_callback(..., ordered=True); each loop ends with jax.effects_barrier()",
+        "io_callback(..., ordered=True)",
     ),
     Workload(
         "kwargs_static",
