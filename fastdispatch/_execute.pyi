@@ -11,7 +11,7 @@ NEW_SCALAR_BREAK_EVEN_LEAVES: int
 class HostInput(NamedTuple):
     aval: Any
     sharding: Any
-    device: Any
+    devices: list[Any]
 
 class Delegate:
     reason: str

@@ -51,7 +51,8 @@ HOST_BREAK_EVEN_LEAVES = 6
 NEW_SCALAR_BREAK_EVEN_LEAVES = 6
 
 cdef str _KEY_BUFFER = sys.intern(_jax.KEY_BUFFER_ATTR)
-cdef object _put_host = _jax.put_host
+# jaxlib's own conversion, as _jax.put_host calls it (without its Python frame).
+cdef object _batched_device_put = _jax.batched_device_put
 cdef object _consume = _jax.consume_with_handlers
 cdef object _RuntimeError = _jax.RUNTIME_ERROR
 cdef object _host_transfer_guard = _jax.host_transfer_guard
@@ -60,8 +61,9 @@ cdef object _fresh_token_buffer = _jax.fresh_token_buffer
 cdef object _Token = _jax.TOKEN_TYPE
 cdef object _ALLOW = "allow"
 
-# How to put one host value (a Python scalar, a numpy value) where the executable wants it.
-HostInput = namedtuple("HostInput", "aval sharding device")
+# How to put one host value (a Python scalar, a numpy value) where the executable
+# wants it: batched_device_put's aval, sharding and list of the one device.
+HostInput = namedtuple("HostInput", "aval sharding devices")
 
 
 cdef class Delegate:
@@ -187,7 +189,7 @@ cdef class Executable:
                     # numpy memory is mutable: converted on every call, never kept.
                     spec = <object>PyTuple_GET_ITEM(self.host_inputs, j)
                     try:
-                        leaf = _put_host(leaf, spec.aval, spec.sharding, spec.device, False)
+                        leaf = _batched_device_put(spec.aval, spec.sharding, [leaf], spec.devices, False)
                     except Exception:
                         return _NO_CONVERSION
                 Py_INCREF(leaf)
@@ -248,7 +250,7 @@ cdef class Executable:
             return _NEW_SCALAR
         spec = <object>PyTuple_GET_ITEM(self.host_inputs, input)
         try:
-            buffer = _put_host(value, spec.aval, spec.sharding, spec.device, False)
+            buffer = _batched_device_put(spec.aval, spec.sharding, [value], spec.devices, False)
         except Exception:
             return _NO_CONVERSION
         if reuse and bits is not None and len(kept) < MAX_REUSED_SCALARS:
@@ -332,8 +334,7 @@ cdef object make_executable(object compiled, CallSignature signature, list leave
                 num_scalars += 1
             if len(expected.device_set) != 1:
                 return "host argument on several devices"
-            host_inputs.append(HostInput(parts.in_avals[j], expected,
-                                         next(iter(expected.device_set))))
+            host_inputs.append(HostInput(parts.in_avals[j], expected, list(expected.device_set)))
             continue
         host_inputs.append(None)
         leaf = leaves[index]
