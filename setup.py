@@ -5,6 +5,7 @@ Set FASTDISPATCH_ANNOTATE=1 to write Cython's annotated HTML beside each .pyx.
 
 import os
 
+import numpy
 from Cython.Build import cythonize
 from setuptools import Extension, setup
 
@@ -17,6 +18,7 @@ MODULES = [
     "_dispatch",
     "_filter",  # the equinox front end's hot path
     "_nnx",  # the flax NNX front end's hot path
+    "_device_put",  # device_put: host data to devices
 ]
 
 COMPILER_DIRECTIVES = {
@@ -26,7 +28,16 @@ COMPILER_DIRECTIVES = {
     "cdivision": True,
 }
 
-extensions = [Extension(f"fastdispatch.{name}", [f"fastdispatch/{name}.pyx"]) for name in MODULES]
+# _signature reads numpy arrays' dtype and shape from their C struct (numpy's headers).
+extensions = [
+    Extension(
+        f"fastdispatch.{name}",
+        [f"fastdispatch/{name}.pyx"],
+        include_dirs=[numpy.get_include()],
+        define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
+    )
+    for name in MODULES
+]
 
 setup(
     ext_modules=cythonize(

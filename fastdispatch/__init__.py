@@ -4,6 +4,7 @@ from fastdispatch import jit     # instead of: from jax import jit
 """
 
 from fastdispatch._cache import CompiledFunctionCache, default_cache
+from fastdispatch._device_put import device_put
 from fastdispatch._dispatch import CompiledFunction, jit, set_post_hook
 from fastdispatch.arg_signature import ArgSignature, arg_signature_of_value, is_float0
 from fastdispatch.state import (
@@ -38,6 +39,7 @@ __all__ = [
     "arg_signature_of_value",
     "assert_max_compiles",
     "default_cache",
+    "device_put",
     "filter_jit",
     "get_enable_x64",
     "global_state",

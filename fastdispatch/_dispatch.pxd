@@ -71,10 +71,10 @@ cdef class CallLayout:
     cdef object kwnames                    # the call's keyword names (a tuple), or None
     cdef Py_ssize_t nargs                  # positional arguments
     cdef tuple leaf_index                  # argv index of each leaf, flatten order; None: 0..nargs-1
-    cdef tuple static_index                # argv index of each static keyword, static_args order
+    cdef tuple static_index                # argv index of each static argument, static_args order
     # The leaves of a call laid out like this one whose leaves and static
-    # keywords pass the signature's guard (ARGV_LEAVES: its positional
-    # arguments); else None.
+    # arguments pass the signature's guard (ARGV_LEAVES: its positional
+    # arguments); else None.  context None: jax's context is not compared.
     cdef object guard(self, Call* call, CallSignature signature, tuple context)
     cdef bint _same_keywords(self, PyObject* kwnames)
     cdef tuple _gather(self, PyObject** argv)
@@ -86,6 +86,7 @@ cdef class PreviousCall:
     cdef CacheEntry entry                  # the entry that served it
     cdef CallSignature signature           # its own signature: the objects it held
     cdef CallLayout layout                 # its layout, when all its arguments were leaves
+    cdef bint hands_off                    # jax.jit runs its entry for the leaves' sake (numpy)
 
 
 @cython.final

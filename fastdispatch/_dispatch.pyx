@@ -37,13 +37,13 @@ from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE, PyTuple_New, PyTu
 
 from fastdispatch._cache cimport CacheEntry, CompiledFunctionCache
 from fastdispatch._clock cimport now_ns
-from fastdispatch._execute cimport make_executable
+from fastdispatch._execute cimport Delegate, Executable, make_executable
 from fastdispatch._keys cimport same_items
 from fastdispatch._pytree cimport TreeDef, flatten_into
 from fastdispatch._signature cimport (
     CallSignature, LeafKind, LEAF_HOST, LEAF_TRACER, classify_leaf, make_signature)
 from fastdispatch._cache import default_cache
-from fastdispatch._execute import DELEGATE
+from fastdispatch._execute import HOST_DATA_REASON, NEW_SCALAR_REASON
 from fastdispatch import _jax
 
 cdef extern from "Python.h":
@@ -253,12 +253,13 @@ cdef inline bint _all_keyable(tuple values):
 @cython.final
 cdef class CallLayout:
     """Where the leaves of a call sit in its argument array, for calls whose
-    every argument is a leaf, e.g. ``f(x, y)`` or ``f(x, lr=0.1, mode="eval")``.
+    every dynamic argument is a leaf, e.g. ``f(x, y)``, ``f(x, lr=0.1, mode="eval")``
+    or ``f(x, 3, y=y)`` with the 3 static.
 
     A call with the same keyword names, in the same order, and as many
     positional arguments has the previous call's structure: its leaves can be
     read from the array, in jax's order (positional, then keywords by sorted
-    name), without flattening, and its static keyword values compared in place."""
+    name), without flattening, and its static values compared in place."""
 
     cdef object guard(self, Call* call, CallSignature signature, tuple context):
         cdef Py_ssize_t nargs = PyVectorcall_NARGS(call.nargsf)
@@ -313,32 +314,46 @@ cdef class CallLayout:
 
 cdef CallLayout _layout_of(tuple args, dict kwargs, object kwnames,
                            frozenset static_names, CallSignature signature):
-    """The CallLayout of a call, or None when some dynamic argument is not a
-    leaf or a static argument was passed by position."""
+    """The CallLayout of a call, or None when some dynamic argument is not a leaf."""
     cdef tuple static_args = signature.static_args
-    cdef Py_ssize_t i
-    for i in range(0, PyTuple_GET_SIZE(static_args), 3):
-        if type(<object>PyTuple_GET_ITEM(static_args, i)) is int:   # a static position
-            return None
-    if not _all_keyable(args):
+    cdef Py_ssize_t nargs = PyTuple_GET_SIZE(args)
+    # Static positions come first in static_args, in increasing order.
+    cdef tuple static_positions = tuple([label for label in static_args[::3] if type(label) is int])
+    cdef tuple dynamic_positions = tuple([i for i in range(nargs) if i not in static_positions])
+    if not _all_keyable(tuple([args[i] for i in dynamic_positions])):
         return None
     cdef CallLayout layout = CallLayout.__new__(CallLayout)
-    cdef Py_ssize_t nargs = PyTuple_GET_SIZE(args)
     layout.kwnames = kwnames
     layout.nargs = nargs
     layout.leaf_index = None
-    layout.static_index = ()
-    if kwnames is not None:
-        dynamic = sorted(name for name in kwnames if name not in static_names)
+    layout.static_index = static_positions
+    if kwnames is not None or static_positions:
+        dynamic = sorted(name for name in kwnames or () if name not in static_names)
         if not _all_keyable(tuple([kwargs[name] for name in dynamic])):
             return None
-        layout.leaf_index = tuple(range(nargs)) + tuple(
+        layout.leaf_index = dynamic_positions + tuple(
             nargs + kwnames.index(name) for name in dynamic)
-        layout.static_index = tuple(
+        layout.static_index += tuple(
             nargs + kwnames.index(name)
-            for name in sorted(name for name in kwnames if name in static_names))
+            for name in sorted(name for name in kwnames or () if name in static_names))
     num_leaves = nargs if layout.leaf_index is None else len(layout.leaf_index)
     return layout if num_leaves == signature.treedef.num_leaves else None
+
+
+cdef inline str _hand_off_reason(PreviousCall previous, object leaves, Call* call):
+    """Why jax.jit takes this call whatever jax's context, or None: the
+    previous call's entry is one jax.jit runs for its numpy leaves, or this
+    call brings a Python scalar value its executable leaves to jax (see
+    Executable.new_scalar_in)."""
+    if previous.hands_off:
+        return HOST_DATA_REASON
+    cdef Executable executable = previous.entry.executable
+    if executable is None or not executable.new_scalars_to_jax:
+        return None
+    if executable.new_scalar_in(
+            call.argv if leaves is ARGV_LEAVES else PySequence_Fast_ITEMS(leaves)):
+        return NEW_SCALAR_REASON
+    return None
 
 
 @cython.final
@@ -453,15 +468,24 @@ cdef class CompiledFunction:
             end_call(&times, span)
 
     cdef object _guarded(self, Call* call, CallTimes* times):
-        """Steps 1 and 2: jax's state, then the guard on the argument array."""
+        """Steps 1 and 2: the guard on the argument array, then jax's state."""
+        cdef PreviousCall previous = self._previous
+        cdef object leaves = None
+        if previous is not None and previous.layout is not None and not previous.entry.evicted:
+            leaves = previous.layout.guard(call, previous.signature, None)
+            if leaves is not None and not times.watch:
+                # jax.jit takes a call for what its leaves are (numpy arguments,
+                # a step counter's new value: it converts them faster); jax's
+                # context and trace state cannot change that, so neither is read.
+                reason = _hand_off_reason(previous, leaves, call)
+                if reason is not None:
+                    self._entries.touch(previous.entry)
+                    return self._fallback(call, reason, times, None)
         context = _trace_context()
         if not trace_state_clean():
             return self._fallback(call, "tracer", times, None)
-        cdef PreviousCall previous = self._previous
-        if previous is not None and previous.layout is not None and not previous.entry.evicted:
-            leaves = previous.layout.guard(call, previous.signature, context)
-            if leaves is not None:
-                return self._run(previous.entry, leaves, call, times)
+        if leaves is not None and previous.signature.same_context(context):
+            return self._run(previous.entry, leaves, call, times)
         return self._general(call, context, times)
 
     cdef object _general(self, Call* call, tuple context, CallTimes* times):
@@ -528,8 +552,8 @@ cdef class CompiledFunction:
         if leaves is ARGV_LEAVES:
             leaves = _tuple_from_array(call.argv, PyVectorcall_NARGS(call.nargsf))
         out = entry.executable.run(leaves, &times.launched if times.watch & WATCH_CLOCK else NULL)
-        if out is DELEGATE:
-            return self._fallback(call, "scalar_conversion", times, entry.signature)
+        if type(out) is Delegate:
+            return self._fallback(call, (<Delegate>out).reason, times, entry.signature)
         if times.watch:
             reached(times, AT_END, None)
             self._record(times, True, 0, None, entry.signature)
@@ -605,6 +629,8 @@ cdef class CompiledFunction:
         previous.signature = signature
         previous.layout = _layout_of(args, kwargs, None if kwnames == NULL else <object>kwnames,
                                      self._static_argnames, signature)
+        previous.hands_off = (previous.layout is not None and entry.executable is None
+                              and entry.slow_reason is HOST_DATA_REASON)
         self._previous = previous
 
     cdef tuple _split_static(self, tuple args, dict kwargs):

@@ -1,6 +1,11 @@
 # The execute layer: one compiled executable, run straight through PjRt.
+from cpython.object cimport PyObject
 from fastdispatch._pytree cimport TreeDef
 from fastdispatch._signature cimport CallSignature, LeafKind
+
+# Why Executable.run handed a call back to jax.jit: the reason --trace shows.
+cdef class Delegate:
+    cdef readonly str reason
 
 cdef class Executable:
     cdef object execute                # LoadedExecutable.execute_sharded, bound
@@ -10,20 +15,37 @@ cdef class Executable:
     cdef bint single_output            # the output is one array, not a tree
     cdef Py_ssize_t num_inputs         # kept inputs: what the executable takes
     cdef Py_ssize_t* input_leaf        # the flat leaf index of each kept input
-    cdef LeafKind* input_kind          # how each kept input enters (ARRAY, KEY, SCALAR)
+    cdef LeafKind* input_kind          # how each kept input enters (ARRAY, KEY, SCALAR, HOST)
     cdef bint takes_leaves_as_is       # every leaf kept, every leaf an ARRAY
-    cdef tuple scalar_inputs           # per kept input: a ScalarInput, or None
-    cdef dict scalar_buffers           # (input, value bits) -> device array of a repeated scalar
+    cdef tuple host_inputs             # per kept input: a HostInput (SCALAR, HOST), or None
+    cdef bint has_scalars              # some kept input is a Python scalar
+    cdef tuple scalar_buffers          # per kept input: {value bits: device array} (SCALAR), or None
     cdef bint reuse_scalar_buffers     # False when the function donates arguments
+    cdef readonly bint new_scalars_to_jax  # a scalar value not seen before: jax.jit converts it faster
+    cdef list last_scalars             # per kept input: the last value's bits met (SCALAR), or None
+    # Effects (see _execute_with_tokens): as pxla.ExecuteReplicated runs them.
+    cdef bint with_tokens              # run with runtime tokens (the executable has effects)
+    cdef tuple ordered_effects         # one token input and output each, ahead of the others
+    cdef tuple devices                 # the executable's devices, in its order
+    cdef list token_handlers           # identity per ordered effect: its token's arrays
+    cdef object token_buffer           # bool[0] on devices[0], made on first need
+    cdef object keepalive              # what the host callbacks need kept alive
+    cdef bint calls_host               # it runs Python on the host (callbacks, effects)
 
-    # The output of one call on its flat leaves, or DELEGATE when jax.jit must
-    # run it after all (a Python scalar that does not convert).  With tracing
-    # on, launched[0] is stamped once the executable has returned.
+    # The output of one call on its flat leaves, or a Delegate when jax.jit
+    # must run it after all (a host value that does not convert, a new scalar
+    # value jax converts faster).  With tracing on, launched[0] is stamped once
+    # the executable has returned.
     cdef object run(self, object leaves, long long* launched)
     # The same, returning the flat list of outputs (for front ends that
-    # rebuild the result themselves).
+    # rebuild the result themselves), or a Delegate.
     cdef object run_flat(self, object leaves, long long* launched)
-    cdef object _scalar_buffer(self, Py_ssize_t input, object value)
+    # For new_scalars_to_jax: some scalar leaf holds a value neither kept on
+    # device nor the previous call's: jax.jit should take the call.
+    cdef bint new_scalar_in(self, PyObject** leaves)
+    cdef bint _is_new(self, Py_ssize_t input, object bits)
+    cdef object _scalar_buffer(self, Py_ssize_t input, object value, bint reuse)
+    cdef object _execute_with_tokens(self, object buffers)
 
 
 # An Executable for `compiled`, compiled for `signature` on the call whose

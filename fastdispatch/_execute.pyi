@@ -2,12 +2,20 @@
 
 from typing import Any, NamedTuple
 
-DELEGATE: object
 MAX_REUSED_SCALARS: int
+HOST_DATA_REASON: str
+NEW_SCALAR_REASON: str
+HOST_BREAK_EVEN_LEAVES: int
+NEW_SCALAR_BREAK_EVEN_LEAVES: int
 
-class ScalarInput(NamedTuple):
+class HostInput(NamedTuple):
     aval: Any
     sharding: Any
-    devices: tuple[Any, ...]
+    devices: list[Any]
 
-class Executable: ...
+class Delegate:
+    reason: str
+    def __init__(self, reason: str) -> None: ...
+
+class Executable:
+    new_scalars_to_jax: bool

@@ -7,9 +7,11 @@ flat leaves, straight through PjRt, and rebuilds the output tree.
 It is built from the pieces ``_jax.executable_parts`` takes out of a
 ``jax.stages.Compiled``, and from the call's CallSignature, which says what
 each leaf is: arrays go in as they are, typed keys as their physical array,
-Python scalars are put on the devices (once per value, for functions that do
-not donate).  Whatever it cannot run, ``make_executable`` says why, and jax.jit
-runs instead.
+Python scalars are put on the device (once per value, for functions that do
+not donate), numpy values are put on the device on every call where that
+beats jax.jit's own conversion.  Effects run as ``pxla.ExecuteReplicated``
+runs them, with jax's runtime tokens.  Whatever it cannot run,
+``make_executable`` says why, and jax.jit runs instead.
 """
 import sys
 from collections import namedtuple
@@ -17,40 +19,91 @@ from collections import namedtuple
 from cpython.list cimport PyList_GET_ITEM, PyList_New, PyList_SET_ITEM
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from cpython.object cimport PyObject
-from cpython.ref cimport Py_INCREF
+from cpython.ref cimport Py_DECREF, Py_INCREF
 from cpython.sequence cimport PySequence_Fast_ITEMS
+from cpython.tuple cimport PyTuple_GET_ITEM
 from libc.string cimport memcpy
 
 from fastdispatch._clock cimport now_ns
 from fastdispatch._pytree cimport TreeDef, flatten_into
 from fastdispatch._signature cimport (
-    CallSignature, LeafKey, LeafKind, LEAF_ARRAY, LEAF_HOST, LEAF_KEY, LEAF_SCALAR)
+    CallSignature, LeafKey, LeafKind, LEAF_ARRAY, LEAF_HOST, LEAF_KEY, LEAF_SCALAR, plain_host_value)
 from fastdispatch import _jax
 
-# Executable.run's answer when jax.jit must take the call after all.
-DELEGATE = object()
-
-# Distinct Python scalar values an executable keeps on device for reuse.
+# Distinct values an executable keeps on device per Python scalar input.
 MAX_REUSED_SCALARS = 64
 
+# Why jax.jit runs an entry whose numpy arguments we would convert more slowly
+# than it does (a hand-off decided by the leaves alone: see _dispatch).
+HOST_DATA_REASON = sys.intern("numpy arguments")
+# Why jax.jit runs a call with a Python scalar value an executable too small
+# to gain from converting it has not seen before (a step counter's).
+NEW_SCALAR_REASON = sys.intern("new scalar value")
+
+# Converting host data ourselves (jaxlib batched_device_put, ~2.3 us: most of it
+# building the Python jax Array) costs more than jax.jit's C++ conversion
+# (~1 us a numpy array or Python scalar, no Python object built); our dispatch
+# saves ~0.1 to 0.35 us per array leaf.  Measured with k arrays and one numpy
+# array or new Python int (docs/performance.md), converting here beats handing
+# the call to jax.jit from about 6 array leaves on: an entry converts host data
+# itself only with at least that many other leaves per host leaf.
+HOST_BREAK_EVEN_LEAVES = 6
+NEW_SCALAR_BREAK_EVEN_LEAVES = 6
+
 cdef str _KEY_BUFFER = sys.intern(_jax.KEY_BUFFER_ATTR)
-cdef object _put_scalar = _jax.put_scalar
+# jaxlib's own conversion, as _jax.put_host calls it (without its Python frame).
+cdef object _batched_device_put = _jax.batched_device_put
 cdef object _consume = _jax.consume_with_handlers
 cdef object _RuntimeError = _jax.RUNTIME_ERROR
+cdef object _host_transfer_guard = _jax.host_transfer_guard
+cdef object _runtime_tokens = _jax.runtime_tokens
+cdef object _fresh_token_buffer = _jax.fresh_token_buffer
+cdef object _Token = _jax.TOKEN_TYPE
+cdef object _ALLOW = "allow"
 
-# How to put one Python scalar input where the executable wants it: its aval,
-# its (replicated) sharding, and this process's devices of that sharding.
-ScalarInput = namedtuple("ScalarInput", "aval sharding devices")
+# How to put one host value (a Python scalar, a numpy value) where the executable
+# wants it: batched_device_put's aval, its replicated sharding, and this
+# process's devices of that sharding (one, or several: the value goes on each,
+# as jax's own shard_args puts a replicated value).
+HostInput = namedtuple("HostInput", "aval sharding devices")
 
 
-cdef object _as_jit_error(error):
-    # jax.jit's C++ dispatch reports a deleted or donated input as ValueError;
-    # executing directly gives PjRt's JaxRuntimeError.  Same message, jax's type
-    # (other PjRt errors stay JaxRuntimeError in jax.jit too).
-    message = str(error)
-    if "Buffer has been deleted or donated" in message:
-        return ValueError(message)
-    return error
+cdef object _put_host(object spec, object value):
+    """A jax Array of ``value`` where ``spec`` (a HostInput) says, or None when it
+    does not convert (an int too large for int32, a transfer the guard disallows)."""
+    try:
+        return _batched_device_put(spec.aval, spec.sharding, [value] * len(spec.devices),
+                                   spec.devices, False)
+    except Exception:
+        return None
+
+
+cdef class Delegate:
+    """Executable.run's answer when jax.jit must take the call after all."""
+
+    def __init__(self, str reason):
+        self.reason = reason
+
+    def __repr__(self):
+        return f"Delegate({self.reason!r})"
+
+
+# A host value that does not convert (an int too large for int32, a transfer
+# the guard disallows): jax.jit raises its own error.
+cdef Delegate _NO_CONVERSION = Delegate("scalar_conversion")
+# A Python scalar value not seen before, on an entry too small to gain from
+# converting it here: jax.jit converts it faster.
+cdef Delegate _NEW_SCALAR = Delegate(NEW_SCALAR_REASON)
+
+
+cdef object _as_jit_error(error, bint with_tokens):
+    # Executing directly, PjRt raises JaxRuntimeError.  jax.jit's C++ fast path
+    # reports an execution error as ValueError, same message (a deleted or
+    # donated input, a host callback that raised); its Python path, which runs
+    # executables with effects, lets the JaxRuntimeError through.
+    if with_tokens:
+        return error
+    return ValueError(str(error))
 
 
 cdef object _scalar_bits(object value):
@@ -70,6 +123,11 @@ cdef object _scalar_bits(object value):
             return None
         return bits
     return None
+
+
+def _identity(arrays):
+    # An ordered effect's token handler: its per-device arrays, as they come.
+    return arrays
 
 
 cdef class _Marker:
@@ -114,8 +172,8 @@ cdef class Executable:
 
     cdef object run(self, object leaves, long long* launched):
         outputs = self.run_flat(leaves, launched)
-        if outputs is DELEGATE:
-            return DELEGATE
+        if type(outputs) is Delegate:
+            return outputs
         if self.single_output:
             return <object>PyList_GET_ITEM(outputs, 0)
         if self.out_treedef is not None:
@@ -129,9 +187,15 @@ cdef class Executable:
         cdef object leaf
         cdef Py_ssize_t j
         cdef LeafKind kind
+        cdef bint reuse = False
         if self.takes_leaves_as_is:
             buffers = leaves
         else:
+            if self.has_scalars:
+                # A device array made earlier is reused only where no transfer
+                # guard is set: under one, each call's transfer must meet it.
+                guard = _host_transfer_guard()
+                reuse = self.reuse_scalar_buffers and (guard is None or guard == _ALLOW)
             items = PySequence_Fast_ITEMS(leaves)
             buffers = PyList_New(self.num_inputs)
             for j in range(self.num_inputs):
@@ -140,40 +204,121 @@ cdef class Executable:
                 if kind == LEAF_KEY:
                     leaf = getattr(leaf, _KEY_BUFFER)
                 elif kind == LEAF_SCALAR:
-                    leaf = self._scalar_buffer(j, leaf)
+                    leaf = self._scalar_buffer(j, leaf, reuse)
+                    if type(leaf) is Delegate:
+                        return leaf
+                elif kind == LEAF_HOST:
+                    # numpy memory is mutable: converted on every call, never kept.
+                    leaf = _put_host(<object>PyTuple_GET_ITEM(self.host_inputs, j), leaf)
                     if leaf is None:
-                        return DELEGATE
+                        return _NO_CONVERSION
                 Py_INCREF(leaf)
                 PyList_SET_ITEM(buffers, j, leaf)
         try:
-            outputs = _consume(self.execute(buffers), self.out_handlers)
+            if self.with_tokens:
+                outputs = self._execute_with_tokens(buffers)
+            else:
+                outputs = _consume(self.execute(buffers), self.out_handlers)
         except _RuntimeError as error:
-            raise _as_jit_error(error)
+            raise _as_jit_error(error, self.with_tokens)
         if launched != NULL:
             launched[0] = now_ns()
         return outputs
 
-    cdef object _scalar_buffer(self, Py_ssize_t input, object value):
-        """A device array for a Python scalar input, or None if it won't convert.
+    cdef bint new_scalar_in(self, PyObject** leaves):
+        cdef Py_ssize_t j
+        for j in range(self.num_inputs):
+            if self.input_kind[j] == LEAF_SCALAR and self._is_new(
+                    j, _scalar_bits(<object>leaves[self.input_leaf[j]])):
+                return True
+        return False
+
+    cdef bint _is_new(self, Py_ssize_t input, object bits):
+        """A value of this scalar input neither kept on device nor the one the
+        previous call brought; it is the one now.  A value that comes twice in
+        a row is a constant (a learning rate): converted and kept from its
+        second call.  A step counter never comes back."""
+        if bits is None:
+            return True
+        if bits in <dict>PyTuple_GET_ITEM(self.scalar_buffers, input):
+            return False
+        if <object>PyList_GET_ITEM(self.last_scalars, input) == bits:
+            return False
+        Py_INCREF(bits)
+        Py_DECREF(<object>PyList_GET_ITEM(self.last_scalars, input))
+        PyList_SET_ITEM(self.last_scalars, input, bits)
+        return True
+
+    cdef object _scalar_buffer(self, Py_ssize_t input, object value, bint reuse):
+        """A device array for a Python scalar input, or a Delegate.
 
         Constants (a learning rate passed every step) are converted once and
         reused: arrays are immutable, unless donated, so functions that donate
         convert every time.  Reuse is keyed by the value's bits, never by the
         caller's object, so that no argument outlives its call."""
-        key = _scalar_bits(value) if self.reuse_scalar_buffers else None
-        if key is not None:
-            key = (input, key)
-            found = self.scalar_buffers.get(key)
+        cdef dict kept = <dict>PyTuple_GET_ITEM(self.scalar_buffers, input)
+        bits = _scalar_bits(value)
+        if reuse and bits is not None:
+            found = kept.get(bits)
             if found is not None:
                 return found
-        spec = self.scalar_inputs[input]
-        try:
-            buffer = _put_scalar(value, spec.aval, spec.sharding, spec.devices)
-        except (OverflowError, TypeError, ValueError):
-            return None
-        if key is not None and len(self.scalar_buffers) < MAX_REUSED_SCALARS:
-            self.scalar_buffers[key] = buffer
+        if self.new_scalars_to_jax and (not reuse or self._is_new(input, bits)):
+            return _NEW_SCALAR
+        buffer = _put_host(<object>PyTuple_GET_ITEM(self.host_inputs, input), value)
+        if buffer is None:
+            return _NO_CONVERSION
+        if reuse and bits is not None and len(kept) < MAX_REUSED_SCALARS:
+            kept[bits] = buffer
         return buffer
+
+    cdef object _execute_with_tokens(self, object buffers):
+        """The flat outputs of one run of an executable with effects, with jax's
+        runtime tokens threaded through it exactly as ``ExecuteReplicated``
+        threads them: ordered effects take the thread's current token and give
+        the next one; every run leaves its runtime token per device, which
+        ``jax.effects_barrier()`` waits for.  The token state is jax's own
+        (per thread), read on every call, so calls through jax.jit and through
+        us interleave in one order."""
+        cdef Py_ssize_t i
+        tokens = _runtime_tokens()
+        if self.ordered_effects:
+            inputs = []
+            guard = _host_transfer_guard()
+            current = tokens.current_tokens
+            for effect in self.ordered_effects:
+                token = current.get(effect)
+                if type(token) is not _Token or not (guard is None or guard == _ALLOW):
+                    # The first ordered call on this thread, or a transfer guard
+                    # to meet: jax's own way (a device_put of the token).
+                    inputs.append(tokens.get_token_input(effect, list(self.devices))._buf)
+                    continue
+                # What that device_put does: wait for the previous call's token,
+                # then pass an empty bool array the executable never reads.
+                token.block_until_ready()
+                if self.token_buffer is None:
+                    self.token_buffer = _fresh_token_buffer(self.devices[0])
+                inputs.append(self.token_buffer)
+            inputs.extend(buffers)
+            buffers = inputs
+        results = self.execute(buffers, with_tokens=True)
+        if self.ordered_effects:
+            token_arrays = _consume(results, self.token_handlers, strict=False)
+        runtime_token = results.consume_token()
+        output_tokens = tokens.output_runtime_tokens
+        for i in range(len(self.devices)):
+            output_tokens[self.devices[i]] = runtime_token.get_token(i)
+        if self.ordered_effects:
+            current = tokens.current_tokens
+            for i in range(len(self.ordered_effects)):
+                current[self.ordered_effects[i]] = _Token(token_arrays[i][0])
+        return _consume(results, self.out_handlers)
+
+
+cdef inline bint _convertible_host_value(object leaf, object aval) except -1:
+    """A numpy array or scalar batched_device_put puts as jax.jit would, of the
+    input's very dtype (no 64-bit squashing) and shape."""
+    return (plain_host_value(leaf) and leaf.dtype == aval.dtype
+            and tuple(leaf.shape) == tuple(aval.shape))
 
 
 cdef object make_executable(object compiled, CallSignature signature, list leaves, bint donates):
@@ -184,28 +329,39 @@ cdef object make_executable(object compiled, CallSignature signature, list leave
     if isinstance(parts, str):
         return parts
     cdef Py_ssize_t j, index, n = len(parts.kept)
+    cdef Py_ssize_t num_scalars = 0, num_host = 0
     cdef LeafKey* key
-    scalar_inputs = []
+    host_inputs = []
     for j in range(n):
         index = parts.kept[j]
         key = &signature.keys[index]
         expected = parts.in_shardings[j]
-        if key.kind == LEAF_HOST:
-            return "numpy arguments"
-        if key.kind == LEAF_SCALAR:
-            # One device or several, this process's or a global mesh's:
-            # the value goes on each of this process's devices, as jax puts it.
+        if key.kind == LEAF_HOST or key.kind == LEAF_SCALAR:
+            if key.kind == LEAF_HOST:
+                num_host += 1
+                if donates:
+                    # A numpy argument's memory is aliased, never to be donated.
+                    return HOST_DATA_REASON
+                if not _convertible_host_value(leaves[index], parts.in_avals[j]):
+                    return HOST_DATA_REASON
+            else:
+                num_scalars += 1
+            # One device or several, this process's or a global mesh's: the
+            # value goes on each of this process's devices, as jax puts it.
             devices = _jax.scalar_devices(expected)
             if isinstance(devices, str):
                 return devices
-            scalar_inputs.append(ScalarInput(parts.in_avals[j], expected, devices))
+            host_inputs.append(HostInput(parts.in_avals[j], expected, list(devices)))
             continue
-        scalar_inputs.append(None)
+        host_inputs.append(None)
         leaf = leaves[index]
         actual = leaf.sharding
         if actual is not expected and not (
                 actual == expected or actual.is_equivalent_to(expected, leaf.ndim)):
             return "argument must be resharded"
+    cdef Py_ssize_t num_other = n - num_host - num_scalars
+    if num_host and num_other < HOST_BREAK_EVEN_LEAVES * num_host:
+        return HOST_DATA_REASON
 
     cdef Executable executable = Executable.__new__(Executable)
     executable.num_inputs = n
@@ -219,9 +375,17 @@ cdef object make_executable(object compiled, CallSignature signature, list leave
         executable.input_leaf[j] = index
         executable.input_kind[j] = signature.keys[index].kind
         executable.takes_leaves_as_is &= executable.input_kind[j] == LEAF_ARRAY
-    executable.scalar_inputs = tuple(scalar_inputs)
-    executable.scalar_buffers = {}
+    executable.host_inputs = tuple(host_inputs)
+    executable.has_scalars = num_scalars > 0
+    # The compiling call's values are the last ones seen: jax.jit converted them.
+    executable.scalar_buffers = tuple([
+        {} if executable.input_kind[j] == LEAF_SCALAR else None for j in range(n)])
+    executable.last_scalars = [
+        _scalar_bits(leaves[executable.input_leaf[j]])
+        if executable.input_kind[j] == LEAF_SCALAR else None for j in range(n)]
     executable.reuse_scalar_buffers = not donates
+    executable.new_scalars_to_jax = (
+        num_scalars > 0 and num_other < NEW_SCALAR_BREAK_EVEN_LEAVES * num_scalars)
     executable.execute = parts.execute
     executable.out_handlers = parts.out_handlers
     executable.jax_out_treedef = parts.out_treedef
@@ -229,4 +393,11 @@ cdef object make_executable(object compiled, CallSignature signature, list leave
     executable.single_output = (executable.out_treedef is not None
                                 and executable.out_treedef.num_nodes == 1
                                 and executable.out_treedef.num_leaves == 1)
+    executable.with_tokens = parts.with_tokens
+    executable.ordered_effects = parts.ordered_effects
+    executable.devices = parts.devices
+    executable.token_handlers = [_identity] * len(parts.ordered_effects)
+    executable.token_buffer = None
+    executable.keepalive = parts.keepalive
+    executable.calls_host = parts.calls_host
     return executable

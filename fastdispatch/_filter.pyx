@@ -34,7 +34,7 @@ from fastdispatch._dispatch cimport (
     AT_END, AT_FLATTENED, AT_FOUND, AT_KEYED, AT_LAUNCHED, WATCH_CLOCK,
     CallTimes, PreviousCall, begin_call, end_call, reached, record_call, trace_context,
     trace_state_clean)
-from fastdispatch._execute cimport Executable, make_executable
+from fastdispatch._execute cimport Delegate, Executable, make_executable
 from fastdispatch._pytree cimport TreeDef, flatten_into
 from fastdispatch._signature cimport (
     CallSignature, LeafKind, LEAF_ARRAY, LEAF_KEY, LEAF_SCALAR, LEAF_TRACER, LEAF_OTHER,
@@ -405,6 +405,9 @@ cdef class FilterDispatcher:
             reached(times, AT_FOUND, "launch")
         outputs = entry.executable.run_flat(
             inputs, &times.launched if times.watch & WATCH_CLOCK else NULL)
+        if type(outputs) is Delegate:
+            return self.fallback(wrapper, args, kwargs, (<Delegate>outputs).reason, times,
+                                 entry.signature)
         if times.watch:
             reached(times, AT_LAUNCHED, "unflatten")
         out = (<OutputRecipe>entry.finish).build(outputs)
@@ -441,6 +444,10 @@ cdef class FilterDispatcher:
                 compiled = self.lower_call(wrapper, *args, **kwargs).lowered.compile()
             donates = entry.signature.static_args[1] or entry.signature.static_args[2]
             built = make_executable(compiled, entry.signature, leaves, donates)
+            if not isinstance(built, str) and (<Executable>built).calls_host:
+                # equinox blocks such calls so that error_if raises at the call,
+                # as its own error: its call runs them.
+                built = "effects"
             if not isinstance(built, str):
                 recipe = _make_recipe(out, len((<Executable>built).out_handlers))
                 if isinstance(recipe, str):

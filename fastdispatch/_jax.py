@@ -30,8 +30,11 @@ Private names used, all read here only:
                                           pgle_profiler
   MeshExecutable._in_shardings, in_avals, _dispatch_in_layouts
                                           what the executable expects of each kept input
+  ExecuteReplicated._local_devices, keepalive
+                                          the devices a token is threaded per; what the
+                                          host callbacks need kept alive
+  jax.stages.Compiled._params.const_args  constants jax passes ahead of the arguments
   jax._src.dispatch.needs_check_special   jax_debug_nans / jax_debug_infs
-  jaxlib batched_device_put               puts a converted Python scalar on its device
   jax._src.config.enable_x64, default_device (and disable_jit above)
                                           the jit settings behind fastdispatch.state
   jaxlib Config.get_global, get_local, set_local, jaxlib config unset
@@ -44,7 +47,8 @@ Private names used, all read here only:
                                           jaxlib's argument signature (values jax keys itself)
   jax._src.lib._profiler.TraceMe          jaxlib's profiler span (and its is_enabled)
   jax._src.util.fun_name                  the name jax.jit gives a function's spans
-  jaxlib batched_device_put               puts a converted Python scalar on its devices
+  jaxlib batched_device_put               puts host data (a Python or numpy scalar, a
+                                          numpy array) on one device or on each of several
   Sharding._addressable_device_assignment this process's devices of a sharding, in the
                                           order jax's own shard_args puts a scalar on them
   jax._src.xla_bridge.backends_are_initialized
@@ -54,6 +58,20 @@ Private names used, all read here only:
   xla_bridge.register_backend_factory, make_cpu_client, jaxlib make_gloo_tcp_collectives
                                           a CPU backend whose gloo collectives bind to a
                                           given address (loopback runs)
+  jax._src.dispatch.runtime_tokens        jax's per-thread effect tokens (RuntimeTokenSet:
+                                          current_tokens, output_runtime_tokens,
+                                          get_token_input)
+  jax._src.core.Token                     an ordered effect's token, wrapping its array
+  jaxlib LoadedExecutable.execute_sharded(..., with_tokens=True), ExecuteResults
+  .consume_token, ShardedToken.get_token  an effectful execution and its runtime tokens
+  jax._src.config.transfer_guard_host_to_device, explicit_device_put_scope
+                                          the host-to-device transfer guard and what
+                                          makes a transfer explicit to it
+  jax._src.config.enable_x64              x64, which fixes a host value's dtype
+  jax._src.dtypes.canonicalize_dtype      a numpy dtype as jax stores it (x64 off: 32-bit)
+  jax._src.dtypes.canonicalize_value      a host value cast as jax.device_put casts it
+  jax._src.interpreters.pxla.get_default_device
+                                          where device_put puts data when given no device
 """
 
 from __future__ import annotations
@@ -238,15 +256,23 @@ class ExecutableParts(NamedTuple):
     kept: tuple  # indices of the flat inputs the executable takes, increasing
     in_shardings: tuple  # the sharding each kept input must have
     in_avals: tuple  # the aval of each kept input
+    ordered_effects: tuple  # jax's ordered effects: one token input and output each
+    with_tokens: bool  # effects: run with runtime tokens, as ExecuteReplicated does
+    devices: tuple  # the executable's local devices, in its order (its tokens' order)
+    keepalive: object  # what the executable's host callbacks need kept alive
+    calls_host: bool  # it runs Python on the host (callbacks, effects)
 
 
 def executable_parts(compiled) -> ExecutableParts | str:
     """Split ``compiled`` into the pieces of a direct PjRt call, or say why not.
 
-    Mirrors the conditions of jax's own fast path (``pjit._get_fastpath_data``):
-    a plain replicated executable with no effects, callbacks, mutable arrays,
-    profiling or custom input layouts.  Whether the call's own inputs fit is
-    the execute layer's to check.  A returned string is the reason for the slow path.
+    Runs what ``pxla.ExecuteReplicated.__call__`` runs: a plain replicated
+    executable with no mutable arrays, profiling, custom input layouts or
+    constants passed as arguments.  Effects are run as it runs them (tokens in
+    and out, ``with_tokens``); host callbacks without effects (``pure_callback``)
+    run without tokens, as on jax's own C++ fast path (``pjit._get_fastpath_data``).
+    Whether the call's own inputs fit is the execute layer's to check.  A
+    returned string is the reason for the slow path.
     """
     executable = compiled._executable
     if not isinstance(executable, _pxla.MeshExecutable):
@@ -254,8 +280,6 @@ def executable_parts(compiled) -> ExecutableParts | str:
     call = executable.unsafe_call
     if not isinstance(call, _pxla.ExecuteReplicated):
         return "not a replicated executable"
-    if call.ordered_effects or call.has_unordered_effects or call.has_host_callbacks:
-        return "effects"
     if call.mut is not None:
         return "mutable arrays"
     if call.pgle_profiler is not None:
@@ -264,6 +288,14 @@ def executable_parts(compiled) -> ExecutableParts | str:
         return "debug_nans or debug_infs"
     if any(layout is not None for layout in executable._dispatch_in_layouts):
         return "custom input layouts"
+    if getattr(compiled._params, "const_args", ()):
+        # jax_use_simplified_jaxpr_constants: jax passes them first and
+        # kept_var_idx counts them.
+        return "constants passed as arguments"
+    ordered = tuple(call.ordered_effects)
+    devices = tuple(call._local_devices)
+    if ordered and len(devices) != 1:
+        return "ordered effects on several devices"
     handlers = list(call.out_handler.handlers)
     if len(handlers) != compiled.out_tree.num_leaves:
         return "outputs flatten differently for dispatch"
@@ -275,11 +307,17 @@ def executable_parts(compiled) -> ExecutableParts | str:
         tuple(sorted(call.kept_var_idx)),
         tuple(executable._in_shardings),
         tuple(executable.in_avals),
+        ordered,
+        bool(ordered or call.has_unordered_effects),
+        devices,
+        call.keepalive,
+        bool(ordered or call.has_unordered_effects or call.has_host_callbacks),
     )
 
 
 def scalar_devices(sharding) -> tuple | str:
-    """The devices, in order, that a Python scalar input of this sharding goes to:
+    """The devices, in order, that a host input (a Python scalar, a numpy value)
+    of this sharding goes to:
     this process's devices of the sharding (all of them in a one-process program);
     or a str saying why the fast path cannot put it there.
 
@@ -289,20 +327,11 @@ def scalar_devices(sharding) -> tuple | str:
     ``pxla._shard_np_array`` does.  (Like jax, nothing checks that every process
     passed the same value.)"""
     if not sharding.is_fully_replicated:
-        return "scalar argument with a partitioned sharding"
+        return "host argument with a partitioned sharding"
     devices = tuple(sharding._addressable_device_assignment)
     if not devices:
-        return "scalar argument on no device of this process"
+        return "host argument on no device of this process"
     return devices
-
-
-def put_scalar(value, aval, sharding, devices):
-    """A device array holding the Python scalar ``value`` as an input of this
-    aval and (replicated) sharding expects it, converted as jax converts it: one
-    copy on each of ``devices`` (``scalar_devices(sharding)``), as jax's own
-    ``pxla._shard_np_array`` puts a replicated numpy value."""
-    host = np.asarray(value, dtype=aval.dtype)
-    return _xc.batched_device_put(aval, sharding, [host] * len(devices), devices, False)
 
 
 # -- jit settings (fastdispatch.state) ------------------------------------------------
@@ -414,3 +443,85 @@ def gloo_on_address(address: str) -> None:
         return _xla_bridge.make_cpu_client(collectives=collectives)
 
     _xla_bridge.register_backend_factory("cpu", make_cpu_client, priority=0, fail_quietly=False)
+
+
+# -- effects ---------------------------------------------------------------------------
+
+# An ordered effect's token: core.Token(array).  Its array is what the
+# executable takes and returns for the effect.
+TOKEN_TYPE = _core.Token
+
+
+def runtime_tokens():
+    """jax's effect tokens for the calling thread (``dispatch.runtime_tokens``, a
+    threading.local).  Read on every call: ``current_tokens`` and
+    ``output_runtime_tokens`` are per thread, and ``clear()`` (jax.effects_barrier)
+    replaces them."""
+    return _dispatch.runtime_tokens
+
+
+def fresh_token_buffer(device):
+    """A ``bool[0]`` array on ``device``: what jax passes for an ordered effect's
+    token after blocking on the previous one (``array._token_shard_arg``).  The
+    executable never reads it, nor donates it, so one serves every call."""
+    host = np.zeros(0, np.bool_)
+    with _config.explicit_device_put_scope():
+        return _xc.batched_device_put(
+            _core.typeof(host), jax.sharding.SingleDeviceSharding(device), [host], [device], True
+        )
+
+
+# -- host data ---------------------------------------------------------------------------
+
+
+# jaxlib's own function, for callers that build its argument lists themselves
+# (fastdispatch.device_put: ~0.1 us a leaf less than put_host's frame).
+batched_device_put = _xc.batched_device_put
+
+
+def put_host(value, aval, sharding, devices, committed):
+    """``value`` (a Python or numpy scalar, a numpy array) as a jax Array of
+    ``aval`` and ``sharding``, one copy on each of ``devices`` (a tuple: one
+    device, or this process's devices of a replicated sharding), converted by
+    jaxlib's C++ as jax.jit converts its arguments (64-bit squashed when x64 is
+    off; numpy memory aliased, not copied).
+
+    jaxlib does not check ``aval`` against the value: callers pass the aval jax
+    gives a value of this type, dtype and shape.  The implicit host-to-device
+    transfer guard applies (inside ``explicit_put_scope()``, the explicit one).
+    Raises jax's JaxRuntimeError for a value that does not convert (an int too
+    large for int32) or a transfer the guard disallows."""
+    return _xc.batched_device_put(aval, sharding, [value] * len(devices), list(devices), committed)
+
+
+def host_transfer_guard():
+    """The host-to-device transfer guard in force: None (unset), "allow", "log",
+    "disallow", "log_explicit" or "disallow_explicit".  Not part of
+    ``trace_context()``: read it where a transfer might be skipped."""
+    return _config.transfer_guard_host_to_device.value
+
+
+explicit_put_scope = _config.explicit_device_put_scope
+default_device = _pxla.get_default_device
+
+
+def x64_enabled() -> bool:
+    return _config.enable_x64.value
+
+
+def host_array_aval(dtype, shape):
+    """The aval jax gives a numpy array or scalar of this dtype and shape (not weak)."""
+    return _core.ShapedArray(shape, _dtypes.canonicalize_dtype(dtype))
+
+
+def canonicalize_host(value):
+    """A numpy value of a 64-bit dtype cast as jax.device_put casts it when x64 is
+    off (numpy's cast, with numpy's overflow warning); jaxlib's own squashing
+    casts silently."""
+    return _dtypes.canonicalize_value(value)
+
+
+def python_scalar_aval(value):
+    """The aval jax gives a Python scalar (weak, but bool); OverflowError for an int
+    beyond the integer type x64 allows."""
+    return _core.typeof(value)

@@ -69,4 +69,4 @@ cdef class NnxJitFunction:
     cdef object _call(self, tuple args, dict kwargs, CallTimes* times)
     cdef object _miss(self, tuple args, dict kwargs, Record holding, CallTimes* times)
     cdef object _fallback(self, tuple args, dict kwargs, str reason, CallTimes* times)
-    cdef object _run(self, Record record, list inputs, CallTimes* times)
+    cdef object _run(self, Record record, tuple args, dict kwargs, list inputs, CallTimes* times)

@@ -32,7 +32,7 @@ from fastdispatch._cache cimport CacheEntry, CompiledFunctionCache
 from fastdispatch._dispatch cimport (
     AT_END, AT_FOUND, AT_LAUNCHED, WATCH_CLOCK, CallTimes, begin_call, end_call, reached,
     record_call, trace_context, trace_state_clean)
-from fastdispatch._execute cimport make_executable
+from fastdispatch._execute cimport Delegate, make_executable
 from fastdispatch._pytree cimport TreeDef, flatten_into
 from fastdispatch._signature cimport CallSignature, LeafKind, LEAF_ARRAY, make_signature
 from functools import partial as _partial
@@ -373,15 +373,17 @@ cdef class NnxJitFunction:
                 record.signature = signature
             if i:
                 self.records = (record,) + records[:i] + records[i + 1:]
-            return self._run(record, inputs, times)
+            return self._run(record, args, kwargs, inputs, times)
         return self._miss(args, kwargs, holding, times)
 
-    cdef object _run(self, Record record, list inputs, CallTimes* times):
+    cdef object _run(self, Record record, tuple args, dict kwargs, list inputs, CallTimes* times):
         if times.watch:
             reached(times, AT_FOUND, "launch")
         self.entries.touch(record.entry)
         outputs = record.entry.executable.run_flat(
             inputs, &times.launched if times.watch & WATCH_CLOCK else NULL)
+        if type(outputs) is Delegate:
+            return self._fallback(args, kwargs, (<Delegate>outputs).reason, times)
         if times.watch:
             reached(times, AT_LAUNCHED, "write back")
         out = record.scatter(outputs)

@@ -9,11 +9,15 @@ cdef enum LeafKind:
     LEAF_ARRAY = 0      # a jax Array: the executable takes it as it is
     LEAF_KEY = 1        # a typed PRNG key: the executable takes its physical uint32 array
     LEAF_SCALAR = 2     # a Python bool, int, float or complex: put on the device per value
-    LEAF_HOST = 3       # a numpy array or numpy scalar: jax.jit converts it
+    LEAF_HOST = 3       # a numpy array or numpy scalar: put on the device per call, or jax.jit converts it
     LEAF_TRACER = 4     # a transformation's tracer: jax must stage the call
     LEAF_OTHER = 5      # anything else: jax.jit says why it is not a valid argument
 
 cdef LeafKind classify_leaf(object leaf)
+
+# A LEAF_HOST value jaxlib's batched_device_put converts as jax does: an exact
+# numpy array or a numpy scalar, of a native numeric dtype.
+cdef bint plain_host_value(object leaf) except -1
 
 # One dynamic leaf's part of the key.  Which fields are set depends on kind;
 # the others are NULL (owned references, released with the signature).
@@ -48,7 +52,10 @@ cdef class CallSignature:
                            tuple context)
     # The same guard on leaves taken straight from a call's argument array
     # (see _dispatch.CallLayout): no flattening, same structure by construction.
+    # context None: the leaves only (for a call jax.jit runs whatever the context).
     cdef bint matches_leaves(self, PyObject** leaves, Py_ssize_t n, tuple context)
+    # jax's context at a call is this signature's.
+    cdef bint same_context(self, tuple context) except -1
 
 
 # The signature of a call, or None when some leaf cannot be keyed: then

@@ -1,21 +1,26 @@
 """The dispatch group: jax.jit against fastdispatch.jit (and equinox.filter_jit
 on plain functions), on calls whose per-call overhead the benchmark times.
 
-Array sizes are tiny on purpose: the point is dispatch, not compute.
+Array sizes are tiny on purpose: the point is dispatch, not compute.  A workload
+with ``given`` functions (device_put) times those as they are, instead of
+wrapping ``fun``.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+import itertools
 import operator
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.experimental import io_callback
 
-from .runner import FASTDISPATCH, Impl
-from .workload import Workload, block_every_call
+from .runner import FASTDISPATCH, RAW, Impl
+from .workload import Workload, block_every_call, same_args_then_barrier
 
 JAX, EQUINOX = "jax.jit", "equinox"
 
@@ -80,11 +85,11 @@ def total(*xs):
 LAYERS = 50
 
 
-def make_params(value=0.5):
+def make_params(value=0.5, layers=LAYERS):
     # Zero-padded names so that sorted key order is layer order.
     return {
         f"layer{i:02d}": {"w": jnp.full((8, 8), value, jnp.float32), "b": jnp.full((8,), value, jnp.float32)}
-        for i in range(LAYERS)
+        for i in range(layers)
     }
 
 
@@ -121,10 +126,17 @@ def adam_step(params, opt_state, batch, step, lr):
     return params, {"mu": mu, "nu": nu}
 
 
-def _adam_args():
+def _adam_args(layers=LAYERS):
     batch = (jnp.full((4, 8), 0.1, jnp.float32), jnp.zeros((4, 8), jnp.float32))
-    opt_state = {"mu": make_params(0.0), "nu": make_params(0.0)}
-    return (make_params(0.5), opt_state, batch, 0, 1e-3), {}
+    opt_state = {"mu": make_params(0.0, layers), "nu": make_params(0.0, layers)}
+    return (make_params(0.5, layers), opt_state, batch, 0, 1e-3), {}
+
+
+SMALL_LAYERS = 2
+
+
+def _small_adam_args():
+    return _adam_args(SMALL_LAYERS)
 
 
 def adam_fed_back(fn, args, kwargs, n):
@@ -133,6 +145,70 @@ def adam_fed_back(fn, args, kwargs, n):
         params, opt_state = out = fn(params, opt_state, batch, step, lr)
         step += 1
     return (params, opt_state, batch, step, lr), out
+
+
+# --- a step counter: a Python int that changes every call -------------------------
+
+
+def decay(x, step):
+    return x * 0.99**step
+
+
+def step_counter(fn, args, kwargs, n):
+    x, step = args
+    for _ in range(n):
+        out = fn(x, step)
+        step += 1
+    return (x, step), out
+
+
+# --- SGD on a numpy batch, a new one each step ----------------------------------
+
+BATCH_LAYERS = 10
+NUMPY_BATCHES = 4
+
+
+def sgd_batch_step(params, x, y):
+    grads = jax.grad(mlp_loss)(params, x, y)
+    return jax.tree_util.tree_map(lambda p, g: p - 0.01 * g, params, grads)
+
+
+@functools.cache
+def _numpy_batches():
+    rng = np.random.default_rng(0)
+    return tuple(
+        (rng.standard_normal((4, 8), np.float32), rng.standard_normal((4, 8), np.float32))
+        for _ in range(NUMPY_BATCHES)
+    )
+
+
+def _numpy_batch_args():
+    x, y = _numpy_batches()[0]
+    return (make_params(0.5, BATCH_LAYERS), x, y), {}
+
+
+def numpy_batches(fn, args, kwargs, n):
+    params, x, y = args
+    for x, y in itertools.islice(itertools.cycle(_numpy_batches()), n):
+        params = fn(params, x, y)
+    return (params, x, y), params
+
+
+# --- effects: jax.debug.print, an ordered io_callback ----------------------------
+
+
+def printed_step(x):
+    jax.debug.print("x = {}", x)
+    return x + 1
+
+
+def _host_increment(x):
+    return np.asarray(x + 1, np.float32)
+
+
+def ordered_callback_step(x):
+    y = io_callback(_host_increment, jax.ShapeDtypeStruct(x.shape, x.dtype), x, ordered=True)
+    return y * 2
 
 
 # --- keyword arguments with a static_argnames string ---------------------------
@@ -144,6 +220,57 @@ def combine(x, *, y, mode):
 
 def _kwargs_args():
     return (_vec(1.0),), {"y": _vec(2.0), "mode": "add"}
+
+
+def combine_n(x, n, *, y, mode):
+    return (x + y if mode == "add" else x * y) * n
+
+
+def _kwargs_static_both_args():
+    return (_vec(1.0), 3), {"y": _vec(2.0), "mode": "add"}
+
+
+# --- device_put of a dict of 8 numpy arrays (not a jitted function) ---------------
+
+PUT_ARRAYS = 8
+
+
+def _device_put_args():
+    return ({f"x{i}": np.full(64, i, np.float32) for i in range(PUT_ARRAYS)},), {}
+
+
+def _device_put_functions():
+    """jax.device_put and fastdispatch.device_put; raw: jaxlib's batched_device_put on each
+    leaf, with its aval and sharding made once (the floor of any put that returns jax Arrays)."""
+    from fastdispatch import _jax
+
+    functions = {JAX: jax.device_put}
+    try:
+        from fastdispatch import device_put
+    except ImportError:
+        pass
+    else:
+        functions[FASTDISPATCH] = device_put
+    (tree,), _ = _device_put_args()
+    leaves = jax.tree_util.tree_leaves(tree)
+    device = jax.devices()[0]
+    sharding = jax.sharding.SingleDeviceSharding(device)
+    aval = jax.typeof(leaves[0])
+    functions[RAW] = lambda: [_jax.put_host(leaf, aval, sharding, (device,), False) for leaf in leaves]
+    return functions
+
+
+def _effect_step(name: str, title: str, fun: Callable, note: str, **options) -> Workload:
+    """A step with effects on one small array; each loop waits for them (jax.effects_barrier)."""
+    return Workload(
+        name,
+        title,
+        fun,
+        lambda: ((_vec(1.0),), {}),
+        loop=same_args_then_barrier,
+        note=f"{note}; each loop ends with jax.effects_barrier()",
+        **options,
+    )
 
 
 # --- a registered dataclass pytree ---------------------------------------------
@@ -229,11 +356,52 @@ WORKLOADS = [
         "raw limit runs the first call's inputs every time",
     ),
     Workload(
+        "adam_small",
+        "Adam step, 2 layers, Python int step",
+        adam_step,
+        _small_adam_args,
+        loop=adam_fed_back,
+        skip={EQUINOX: "filter_jit makes step: int static: a compile every call"},
+        note="the Adam step on a 2-layer param dict; raw limit runs the first call's inputs every time",
+    ),
+    Workload(
+        "step_counter",
+        "array and a Python int step counter",
+        decay,
+        lambda: ((_vec(1.0), 0), {}),
+        loop=step_counter,
+        skip={EQUINOX: "filter_jit makes step: int static: a compile every call"},
+        note="decay(x, step) with step += 1 every call; raw limit runs step 0 every time",
+    ),
+    Workload(
+        "numpy_batch",
+        "SGD step on a new numpy batch",
+        sgd_batch_step,
+        _numpy_batch_args,
+        loop=numpy_batches,
+        note=f"params: {BATCH_LAYERS}-layer dict fed back; x, y: numpy f32[4,8], "
+        f"{NUMPY_BATCHES} batches in turn; raw limit has the first batch already on the device",
+    ),
+    _effect_step("debug_print", "jax.debug.print step", printed_step, "stdout to os.devnull", quiet=True),
+    _effect_step(
+        "ordered_callback",
+        "ordered io_callback step",
+        ordered_callback_step,
+        "io_callback(..., ordered=True)",
+    ),
+    Workload(
         "kwargs_static",
         "keyword args, static_argnames='mode'",
         combine,
         _kwargs_args,
         jit_options={"static_argnames": "mode"},
+    ),
+    Workload(
+        "kwargs_static_both",
+        "keyword args, static_argnums and static_argnames",
+        combine_n,
+        _kwargs_static_both_args,
+        jit_options={"static_argnums": 1, "static_argnames": "mode"},
     ),
     Workload("dataclass", "registered dataclass pytree", integrate, _particles_args),
     Workload(
@@ -250,6 +418,16 @@ WORKLOADS = [
         add,
         _sharded_args,
         devices=SHARDED_DEVICES,
+    ),
+    Workload(
+        "device_put_8",
+        "device_put of 8 numpy arrays",
+        jax.device_put,
+        _device_put_args,
+        given=_device_put_functions,
+        skip={EQUINOX: "not a jitted function"},
+        note="a dict of 8 numpy f32[64]; jax.jit column: jax.device_put; "
+        "fastdispatch: fastdispatch.device_put; raw: batched_device_put per leaf",
     ),
     Workload(
         "two_arrays_traced",

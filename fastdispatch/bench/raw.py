@@ -14,7 +14,9 @@ def raw_runner(compiled: jax.stages.Compiled, *args, **kwargs):
     The leaves are flattened, pruned to the kept ones, placed on their devices
     and unwrapped (typed keys) once, here, so that the callable measures the
     floor of dispatch: no Python work beyond the two jaxlib calls.  Its result
-    is the flat list of outputs.
+    is the flat list of outputs.  An executable with effects runs as jax runs
+    it, with runtime tokens: one prepared token array per ordered effect in,
+    the token outputs and the runtime token taken out and dropped.
     """
     parts = _jax.executable_parts(compiled)
     if isinstance(parts, str):
@@ -26,15 +28,29 @@ def raw_runner(compiled: jax.stages.Compiled, *args, **kwargs):
         if type(leaf) in (bool, int, float, complex):
             # As fastdispatch puts a Python scalar: jax.device_put would also
             # compare the value across the processes of a jax.distributed job.
-            leaf = _jax.put_scalar(leaf, aval, sharding, _jax.scalar_devices(sharding))
+            leaf = _jax.put_host(leaf, aval, sharding, _jax.scalar_devices(sharding), False)
         else:
             leaf = jax.device_put(leaf, sharding)
         if jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key):
             leaf = jax.random.key_data(leaf)
         buffers.append(leaf)
     execute, handlers = parts.execute, parts.out_handlers
+    if not parts.with_tokens:
 
-    def run():
-        return execute(buffers).consume_with_handlers(handlers)
+        def run():
+            return execute(buffers).consume_with_handlers(handlers)
 
-    return run
+        return run
+
+    ordered = len(parts.ordered_effects)
+    buffers = [_jax.fresh_token_buffer(parts.devices[0]) for _ in range(ordered)] + buffers
+    token_handlers = [lambda arrays: arrays] * ordered
+
+    def run_with_tokens():
+        results = execute(buffers, with_tokens=True)
+        if ordered:
+            results.consume_with_handlers(token_handlers, strict=False)
+        results.consume_token()
+        return results.consume_with_handlers(handlers)
+
+    return run_with_tokens

@@ -27,7 +27,7 @@ import jax
 import numpy as np
 
 from .raw import raw_runner
-from .workload import Workload
+from .workload import Workload, quiet_stdout
 
 # Every group names its own implementation "fastdispatch", and the raw limit "raw".
 FASTDISPATCH, RAW = "fastdispatch", "raw"
@@ -88,12 +88,20 @@ def run_workload(w: Workload, impls: list[Impl], repeats: int, target_s: float) 
     if reference.unavailable:
         result.error = f"{reference.name} {reference.unavailable}"
         return result
+    with quiet_stdout() if w.quiet else contextlib.nullcontext():
+        _run_checked(w, impls, repeats, target_s, result)
+    return result
+
+
+def _run_checked(w: Workload, impls: list[Impl], repeats: int, target_s: float, result: Result) -> None:
+    reference = impls[0]
+    given = w.given() if w.given is not None else None
     try:
-        reference_fn = reference.wrap(w)
+        reference_fn = given[reference.name] if given is not None else reference.wrap(w)
         expected = _outputs(w, reference_fn)
     except Exception as e:
         result.error = f"{reference.name} {_raised(e)}"
-        return result
+        return
 
     loops = {reference.name: _bind(w, reference_fn)}
     for impl in impls[1:]:
@@ -101,9 +109,11 @@ def run_workload(w: Workload, impls: list[Impl], repeats: int, target_s: float) 
             continue  # said once, in the report's header
         context = _trace_context() if w.traced and impl.name == FASTDISPATCH else None
         why = w.skip.get(impl.name, "")
+        if not why and given is not None and impl.name not in given:
+            why = "no such function"
         if not why:
             try:
-                fn = impl.wrap(w)
+                fn = given[impl.name] if given is not None else impl.wrap(w)
                 first, fed_back = _outputs(w, fn, context)
                 why = _difference(expected[0], first, reference.name) or _difference(
                     expected[1], fed_back, reference.name, label=f"output after {FED_BACK_CALLS} calls"
@@ -117,7 +127,7 @@ def run_workload(w: Workload, impls: list[Impl], repeats: int, target_s: float) 
             if impl.name == FASTDISPATCH and not w.traced:
                 result.fallbacks = _fallbacks(w, fn)
     try:
-        run, skip = (w.raw or jit_raw_runner)(w)
+        run, skip = (given[RAW], 0) if given is not None else (w.raw or jit_raw_runner)(w)
         raw_outputs = run()[skip:]
         why = _difference(_array_leaves(expected[0]), raw_outputs, reference.name, flat=True)
     except Exception as e:
@@ -141,7 +151,6 @@ def run_workload(w: Workload, impls: list[Impl], repeats: int, target_s: float) 
         start = r % len(names)
         for name in names[start:] + names[:start]:
             result.samples[name].append(_time(loops[name], n))
-    return result
 
 
 FED_BACK_CALLS = 3  # outputs are also checked after this many calls of the workload's loop

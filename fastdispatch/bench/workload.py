@@ -7,9 +7,14 @@ call's inputs, as a training loop does.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import os
+import sys
 from collections.abc import Callable
 from typing import Any
+
+import jax
 
 # A loop takes (fn, args, kwargs, n), calls fn n times and returns
 # (args for the next loop, last output).
@@ -20,6 +25,14 @@ def same_args(fn, args, kwargs, n):
     """Dispatch only: the same arguments every call."""
     for _ in range(n):
         out = fn(*args, **kwargs)
+    return args, out
+
+
+def same_args_then_barrier(fn, args, kwargs, n):
+    """Dispatch only, then wait for the calls' effects (jax.effects_barrier)."""
+    for _ in range(n):
+        out = fn(*args, **kwargs)
+    jax.effects_barrier()
     return args, out
 
 
@@ -46,7 +59,24 @@ class Workload:
     # call, how many of its first outputs are not the function's: equinox's
     # marker, flax's Variables); default: jax.jit's executable of fun.
     raw: Callable[[Workload], tuple[Callable[[], list], int]] | None = None
+    quiet: bool = False  # the function prints (jax.debug.print): stdout goes to os.devnull
+    # A row of plain functions rather than one function wrapped by each implementation
+    # (fastdispatch.device_put against jax.device_put): called once per run, it gives
+    # {implementation name: callable}; the raw entry is a zero-argument callable
+    # returning the flat outputs.  None: each implementation wraps `fun`.
+    given: Callable[[], dict[str, Callable]] | None = None
 
     @property
     def blocking(self) -> bool:
         return self.loop is block_every_call
+
+
+@contextlib.contextmanager
+def quiet_stdout():
+    """Send sys.stdout to os.devnull (jax.debug.print writes there from its callback)."""
+    with open(os.devnull, "w") as devnull:
+        saved, sys.stdout = sys.stdout, devnull
+        try:
+            yield
+        finally:
+            sys.stdout = saved

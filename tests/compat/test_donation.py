@@ -68,3 +68,14 @@ def test_same_buffer_donated_and_used(jit):
         f(x, x)
     assert type(info.value).__name__ == "JaxRuntimeError"
     assert not x.is_deleted()
+
+
+def test_same_buffer_donated_and_used_warm(jit):
+    # Once the executable is cached, jax.jit's fast path reports PjRt's error as ValueError.
+    f = jit(lambda x, y: (x + y, y), donate_argnums=0)
+    f(arange((3,)), arange((3,)) + 1)
+    x = arange((3,))
+    with pytest.raises(
+        ValueError, match="Attempt to use a buffer that was previously donated in the same call"
+    ):
+        f(x, x)

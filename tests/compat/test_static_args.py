@@ -140,3 +140,24 @@ def test_static_output_is_python_value_in_trace(jit):
 
     jit(f, static_argnums=1)(1.0, 5)
     assert seen == [int]
+
+
+def scaled(x, n, *, y, mode):
+    return (x + y if mode == "add" else x * y) * n
+
+
+def test_static_positions_and_names_in_repeated_keyword_calls(jit):
+    # f(x, n, y=..., mode=...) with n static by position and mode by name: calls laid
+    # out alike, whose static values change, retrace exactly when jax.jit does.
+    count = TraceCounter()
+    f = jit(count(scaled), static_argnums=1, static_argnames="mode")
+    g = jax.jit(scaled, static_argnums=1, static_argnames="mode")
+    x, y = arange((3,)), arange((3,)) + 1
+    calls = [(2, "add"), (2, "add"), (3, "add"), (2, "mul"), (3, "add"), (2, "add"), (3.0, "add")]
+    for n, mode in calls * 2:
+        assert_same_array(f(x, n, y=y, mode=mode), g(x, n, y=y, mode=mode))
+    assert count.n == 4  # 3.0 == 3: jax.jit keys static values by equality
+    # A static position with negative numbering, and a dynamic keyword after it.
+    h = jit(scaled, static_argnums=-1, static_argnames="mode")
+    for n in [2, 2, 4]:
+        assert_same_array(h(x, n, y=y, mode="add"), g(x, n, y=y, mode="add"))

@@ -55,6 +55,21 @@ def test_nnx_rows_run_against_flax_and_its_executable():
     assert [item["name"] for item in report.nnx_summary([result])][0] == "fd/nnx.jit, MLP + Adam step"
 
 
+def test_device_put_row_times_given_functions():
+    result = tiny_run("device_put_8", dispatch.implementations())
+    assert not result.error
+    assert {dispatch.JAX, FASTDISPATCH, RAW} <= set(result.samples), result.skipped
+    assert result.ratio() > 0
+
+
+def test_effect_rows_run_quietly_with_their_raw_limit(capfd):
+    for name in ("debug_print", "ordered_callback"):
+        result = tiny_run(name, dispatch.implementations())
+        assert not result.error
+        assert {dispatch.JAX, FASTDISPATCH, RAW} <= set(result.samples), result.skipped
+    assert "x = " not in capfd.readouterr().out  # debug_print's stdout went to os.devnull
+
+
 def test_an_implementation_that_differs_from_the_reference_is_not_timed():
     def to_bfloat16(w):
         return jax.jit(lambda x, y: (x + y).astype(jnp.bfloat16))
@@ -132,3 +147,13 @@ def test_distributed_rows_give_paired_ratios_per_process():
 def test_distributed_takes_no_workload_selection(capsys):
     assert bench.main(["--distributed", "--only", "identity"]) == 2
     assert "do not apply to --distributed" in capsys.readouterr().err
+
+
+def test_host_routes_all_run(capsys):
+    from fastdispatch.bench import host
+
+    for group in host.routes().values():
+        timings = host.measure(group, repeats=1, target_s=0.0005)
+        assert set(timings) == set(group) and all(us > 0 for us in timings.values())
+    assert host.main(["--repeats", "1"]) == 0
+    assert "batched_device_put" in capsys.readouterr().out

@@ -7,9 +7,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from jax.experimental import io_callback
 
 import fastdispatch
-from fastdispatch import _dispatch
+from fastdispatch import _dispatch, _execute
 from fastdispatch.tracing.explain import describe
 
 
@@ -80,13 +81,72 @@ def test_numpy_arguments_are_run_by_jax_and_still_cached(sink):
     assert reasons(sink) == ["numpy arguments"] * 2 and f._cache_size() == 1
 
 
-def test_effects_are_run_by_jax(sink, capfd):
+def test_effects_run_on_the_fast_path(sink, capfd):
     f = fastdispatch.jit(lambda x: jax.debug.print("x={}", x) or x + 1)
     f(jnp.float32(1))
     f(jnp.float32(2))
     jax.effects_barrier()
-    assert reasons(sink) == ["effects", "effects"]
+    assert [(hit, fallback) for _, hit, fallback, _ in sink.calls] == [(False, None), (True, None)]
     assert capfd.readouterr().out.split() == ["x=1.0", "x=2.0"]
+
+
+def test_ordered_effects_and_callbacks_run_on_the_fast_path(sink):
+    log = []
+
+    def step(x):
+        y = io_callback(lambda v: log.append(int(v)) or np.asarray(v + 1, np.int32), x, x, ordered=True)
+        jax.debug.callback(lambda v: None, y)
+        return y
+
+    f = fastdispatch.jit(step)
+    x = jnp.int32(0)
+    for _ in range(5):
+        x = f(x)
+    jax.effects_barrier()
+    assert log == [0, 1, 2, 3, 4] and reasons(sink) == [None] * 5
+    assert [entry.is_fast for entry in f._cache_entries()] == [True]
+
+
+def wide(params, value):
+    return sum(params) * 2, value
+
+
+def test_numpy_arguments_beside_many_arrays_are_converted_here(sink):
+    params = [jnp.ones(3) * i for i in range(2 * _execute.HOST_BREAK_EVEN_LEAVES)]
+    f = fastdispatch.jit(wide)
+    for i in range(3):
+        out = f(params, np.full(3, i, np.float32))
+        np.testing.assert_array_equal(out[1], np.full(3, i))
+    assert reasons(sink) == [None] * 3 and [e.is_fast for e in f._cache_entries()] == [True]
+    # Fewer arrays per numpy argument, a dtype jax casts, or a function that
+    # donates: jax.jit converts them.
+    sink.calls.clear()
+    few = fastdispatch.jit(wide)
+    few(params[: _execute.HOST_BREAK_EVEN_LEAVES - 1], np.ones(3, np.float32))
+    cast = fastdispatch.jit(wide)
+    cast(params, np.ones(3, np.float64))
+    donating = fastdispatch.jit(lambda ps, v: [p + v for p in ps], donate_argnums=0)
+    donating([jnp.ones(3) for _ in params], np.ones(3, np.float32))
+    assert reasons(sink) == ["numpy arguments"] * 3
+
+
+def test_new_scalar_values_go_to_jax_on_small_calls(sink):
+    f = fastdispatch.jit(lambda x, step: x * step)
+    x = jnp.ones(2)
+    for step in range(4):
+        np.testing.assert_array_equal(f(x, step), np.full(2, step))
+    # The compile, then three values never seen: jax.jit converts them faster.
+    assert reasons(sink) == [None] + ["new scalar value"] * 3
+    sink.calls.clear()
+    for _ in range(3):
+        f(x, 7)  # a constant: jax's the first time, kept on device from the second
+    assert reasons(sink) == ["new scalar value", None, None]
+    sink.calls.clear()
+    g = fastdispatch.jit(wide)
+    params = [x] * (_execute.NEW_SCALAR_BREAK_EVEN_LEAVES + 1)
+    for step in range(4):
+        np.testing.assert_array_equal(g(params, step)[1], step)
+    assert reasons(sink) == [None] * 4
 
 
 def test_unhashable_static_argument_gets_jax_error(sink):

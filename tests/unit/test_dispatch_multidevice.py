@@ -57,3 +57,62 @@ def check_sharded_calls_are_fast():
 
 def test_sharded_calls_stay_on_the_fast_path():
     run_in_subprocess(check_sharded_calls_are_fast, n_devices=8)
+
+
+def check_effects_and_host_data_on_several_devices():
+    import threading
+
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from jax.sharding import Mesh, NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    import fastdispatch
+    from fastdispatch import _jax
+
+    # Unordered effects on a computation over 4 devices: one runtime token per device.
+    mesh = Mesh(np.array(jax.devices()[:4]), ("x",))
+    rows = NamedSharding(mesh, P("x"))
+    x = jax.device_put(jnp.arange(8.0), rows)
+    seen = []
+    lock = threading.Lock()
+
+    def record(v):
+        with lock:
+            seen.append(float(np.asarray(v).sum()))
+
+    fun = lambda a: (jax.debug.callback(record, a.sum()), a * 2)[1]  # noqa: E731
+    ours, theirs = fastdispatch.jit(fun), jax.jit(fun)
+    for _ in range(3):
+        got, want = ours(x), theirs(x)
+        assert got.sharding == want.sharding
+        np.testing.assert_array_equal(got, want)
+    assert [entry.is_fast for entry in ours._cache_entries()] == [True]
+    assert set(_jax.runtime_tokens().output_runtime_tokens) >= set(jax.devices()[:4])
+    jax.effects_barrier()
+    assert seen == [28.0] * 6, seen
+
+    # A Python scalar and numpy arguments beside arrays committed to another device.
+    params = [jax.device_put(jnp.ones(3) * i, jax.devices()[3]) for i in range(16)]
+    wide = lambda ps, v: (sum(ps) * v, v)  # noqa: E731
+    for value in [2.0, 3.0, np.ones(3, np.float32), np.arange(3.0, dtype=np.float32)]:
+        got, want = fastdispatch.jit(wide)(params, value), jax.jit(wide)(params, value)
+        for g, w in zip(got, want):
+            assert g.sharding == w.sharding and g.committed == w.committed and g.aval == w.aval
+            np.testing.assert_array_equal(g, w)
+
+    # device_put to a given device and to another default device.
+    tree = {"a": np.ones(3), "b": 1.5, "c": jnp.ones(2)}
+    for device in [jax.devices()[2], None]:
+        with jax.default_device(jax.devices()[6]):
+            got = fastdispatch.device_put(tree, device)
+            want = jax.device_put(tree, device)
+        for key in tree:
+            assert got[key].sharding == want[key].sharding and got[key].committed == want[key].committed
+            assert got[key].aval == want[key].aval
+            np.testing.assert_array_equal(got[key], want[key])
+
+
+def test_effects_and_host_data_on_several_devices():
+    run_in_subprocess(check_effects_and_host_data_on_several_devices, n_devices=8)

@@ -105,8 +105,8 @@ def test_executable_parts_run_the_executable():
     assert scalar_aval.weak_type and scalar_aval.dtype == np.float32
     devices = _jax.scalar_devices(parts.in_shardings[2])
     assert devices == tuple(parts.in_shardings[2].device_set)
-    two = _jax.put_scalar(2.0, scalar_aval, parts.in_shardings[2], devices)
-    assert two.aval == scalar_aval
+    two = _jax.put_host(2.0, scalar_aval, parts.in_shardings[2], devices, False)
+    assert two.aval == scalar_aval and not two.committed
     outputs = _jax.consume_with_handlers(parts.execute([x, y, two]), parts.out_handlers)
     result = parts.out_treedef.unflatten(outputs)
     np.testing.assert_array_equal(result["sum"], np.array([2.0, 3.0, 4.0]))
@@ -118,9 +118,77 @@ def test_executable_parts_prune_unused_arguments():
     assert _jax.executable_parts(compiled).kept == (0,)
 
 
-def test_executable_parts_refuse_effects():
-    compiled = compiled_for(lambda x: jax.debug.print("{}", x) or x, jnp.ones(2))
-    assert _jax.executable_parts(compiled) == "effects"
+def test_executable_parts_describe_effects():
+    x = jnp.ones(2)
+    plain = _jax.executable_parts(compiled_for(lambda x: x + 1, x))
+    assert plain.ordered_effects == () and not plain.with_tokens
+    assert plain.devices == (jax.devices()[0],)
+    printed = _jax.executable_parts(compiled_for(lambda x: jax.debug.print("{}", x) or x, x))
+    assert printed.ordered_effects == () and printed.with_tokens
+    ordered = _jax.executable_parts(compiled_for(lambda x: jax.debug.print("{}", x, ordered=True) or x, x))
+    assert len(ordered.ordered_effects) == 1 and ordered.with_tokens
+    # A host callback without effects runs without tokens, as on jax's C++ fast path.
+    pure = _jax.executable_parts(
+        compiled_for(lambda x: jax.pure_callback(np.sin, jax.ShapeDtypeStruct((2,), np.float32), x), x)
+    )
+    assert pure.ordered_effects == () and not pure.with_tokens
+    assert compiled_for(lambda x: x + 1, x)._params.const_args == []
+
+
+def test_runtime_tokens_are_jax_per_thread_state():
+    f = jax.jit(lambda x: jax.debug.print("{}", x, ordered=True) or x)
+    (effect,) = _jax.executable_parts(f.lower(jnp.ones(1)).compile()).ordered_effects
+    jax.effects_barrier()
+    tokens = _jax.runtime_tokens()
+    assert tokens is jax._src.dispatch.runtime_tokens and tokens.current_tokens == {}
+    f(jnp.ones(1))
+    assert type(tokens.current_tokens[effect]) is _jax.TOKEN_TYPE
+    assert jax.devices()[0] in tokens.output_runtime_tokens
+    token = tokens.get_token_input(effect, jax.devices())
+    assert token._buf.shape == (0,)
+    buffer = _jax.fresh_token_buffer(jax.devices()[0])
+    assert buffer.dtype == np.bool_ and buffer.shape == (0,)
+    jax.effects_barrier()
+    assert tokens.current_tokens == {} and tokens.output_runtime_tokens == {}
+
+
+def test_put_host_converts_as_jax_does():
+    device = jax.devices()[0]
+    sharding = jax.sharding.SingleDeviceSharding(device)
+    x = np.arange(3, dtype=np.float32)
+    put = _jax.put_host(x, _jax.host_array_aval(x.dtype, x.shape), sharding, (device,), False)
+    assert put.aval == jax.typeof(jnp.asarray(x)) and not put.committed
+    np.testing.assert_array_equal(put, x)
+    assert _jax.host_array_aval(np.dtype(np.float64), (2,)).dtype == np.float32
+    with jax.enable_x64(True):
+        assert _jax.host_array_aval(np.dtype(np.float64), (2,)).dtype == np.float64
+        assert _jax.python_scalar_aval(1).dtype == np.int64
+    assert _jax.python_scalar_aval(1).weak_type and not _jax.python_scalar_aval(True).weak_type
+    with pytest.raises(OverflowError):
+        _jax.python_scalar_aval(2**40)
+    with pytest.raises(_jax.RUNTIME_ERROR, match="Unable to convert Python scalar"):
+        _jax.put_host(2**40, _jax.python_scalar_aval(1), sharding, (device,), False)
+    assert _jax.default_device() == device and _jax.x64_enabled() is False
+    same = _jax.batched_device_put(put.aval, sharding, [x], [device], False)
+    np.testing.assert_array_equal(same, x)
+    assert _jax.canonicalize_host(np.ones(2)).dtype == np.float32
+    with pytest.warns(RuntimeWarning, match="overflow encountered in cast"):
+        _jax.canonicalize_host(np.full(2, 1e40))
+
+
+def test_transfer_guard_reads_and_explicit_scope():
+    device = jax.devices()[0]
+    sharding = jax.sharding.SingleDeviceSharding(device)
+    aval = _jax.python_scalar_aval(1.0)
+    assert _jax.host_transfer_guard() is None
+    with jax.transfer_guard("disallow"):
+        assert _jax.host_transfer_guard() == "disallow"
+        with pytest.raises(_jax.RUNTIME_ERROR, match="Disallowed host-to-device transfer"):
+            _jax.put_host(1.0, aval, sharding, (device,), False)
+        with _jax.explicit_put_scope():
+            assert float(_jax.put_host(1.0, aval, sharding, (device,), True)) == 1.0
+    with jax.transfer_guard_host_to_device("log"):
+        assert _jax.host_transfer_guard() == "log"
 
 
 def test_executable_parts_refuse_debug_nans():
@@ -264,16 +332,16 @@ def check_scalar_devices_on_a_mesh():
     # jax's own order: the sharding's device assignment, every device this
     # process's in a one-process program.
     assert devices == tuple(mesh.devices.flat), devices
-    three = _jax.put_scalar(3.0, parts.in_avals[1], expected, devices)
+    three = _jax.put_host(3.0, parts.in_avals[1], expected, devices, False)
     assert three.sharding == expected and three.aval == parts.in_avals[1]
     assert [shard.device for shard in three.addressable_shards] == list(devices)
     outputs = _jax.consume_with_handlers(parts.execute([x, three]), parts.out_handlers)
     np.testing.assert_array_equal(outputs[0], np.arange(8.0) * 3)
     assert outputs[0].sharding == jax.jit(lambda v, s: v * s)(x, 3.0).sharding
-    assert _jax.scalar_devices(NamedSharding(mesh, P("a"))) == "scalar argument with a partitioned sharding"
+    assert _jax.scalar_devices(NamedSharding(mesh, P("a"))) == "host argument with a partitioned sharding"
 
 
-def test_scalar_devices_and_put_scalar_on_a_mesh():
+def test_scalar_devices_and_put_host_on_a_mesh():
     run_in_subprocess(check_scalar_devices_on_a_mesh, n_devices=4, timeout=120)
 
 
