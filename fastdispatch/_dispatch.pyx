@@ -583,7 +583,7 @@ cdef class CompiledFunction:
             reached(times, AT_LAUNCHED, "build entry")
         try:
             compiled = self._jitted.lower(*args, **kwargs).compile()
-            built = make_executable(compiled, entry.signature, leaves, self._donates)
+            built = make_executable(compiled, entry.signature, leaves, self._donates, True)
         except Exception as error:
             built = f"jax's executable could not be reused: {error!r}"
         self._entries.complete(entry, built, (compiled_at - began) / 1e9)

@@ -50,4 +50,9 @@ cdef class Executable:
 
 # An Executable for `compiled`, compiled for `signature` on the call whose
 # flat leaves are `leaves`; or a str saying why jax.jit must run it instead.
-cdef object make_executable(object compiled, CallSignature signature, list leaves, bint donates)
+# jax_is_fallback: the caller hands the calls it does not run to jax.jit's C++
+# path, which converts host values faster than this layer: small entries leave
+# host data and new scalar values to it.  A front end whose fallback is a
+# library's Python call (equinox's, flax's) converts them here.
+cdef object make_executable(object compiled, CallSignature signature, list leaves, bint donates,
+                            bint jax_is_fallback)

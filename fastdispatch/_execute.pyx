@@ -321,7 +321,8 @@ cdef inline bint _convertible_host_value(object leaf, object aval) except -1:
             and tuple(leaf.shape) == tuple(aval.shape))
 
 
-cdef object make_executable(object compiled, CallSignature signature, list leaves, bint donates):
+cdef object make_executable(object compiled, CallSignature signature, list leaves, bint donates,
+                            bint jax_is_fallback):
     if compiled.in_tree.num_leaves != signature.num_leaves:
         # Never expected: our flattening of the arguments must be jax's.
         return "arguments flatten differently from jax"
@@ -360,7 +361,7 @@ cdef object make_executable(object compiled, CallSignature signature, list leave
                 actual == expected or actual.is_equivalent_to(expected, leaf.ndim)):
             return "argument must be resharded"
     cdef Py_ssize_t num_other = n - num_host - num_scalars
-    if num_host and num_other < HOST_BREAK_EVEN_LEAVES * num_host:
+    if jax_is_fallback and num_host and num_other < HOST_BREAK_EVEN_LEAVES * num_host:
         return HOST_DATA_REASON
 
     cdef Executable executable = Executable.__new__(Executable)
@@ -384,7 +385,7 @@ cdef object make_executable(object compiled, CallSignature signature, list leave
         _scalar_bits(leaves[executable.input_leaf[j]])
         if executable.input_kind[j] == LEAF_SCALAR else None for j in range(n)]
     executable.reuse_scalar_buffers = not donates
-    executable.new_scalars_to_jax = (
+    executable.new_scalars_to_jax = jax_is_fallback and (
         num_scalars > 0 and num_other < NEW_SCALAR_BREAK_EVEN_LEAVES * num_scalars)
     executable.execute = parts.execute
     executable.out_handlers = parts.out_handlers

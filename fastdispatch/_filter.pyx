@@ -443,7 +443,7 @@ cdef class FilterDispatcher:
                 warnings.simplefilter("ignore")
                 compiled = self.lower_call(wrapper, *args, **kwargs).lowered.compile()
             donates = entry.signature.static_args[1] or entry.signature.static_args[2]
-            built = make_executable(compiled, entry.signature, leaves, donates)
+            built = make_executable(compiled, entry.signature, leaves, donates, False)
             if not isinstance(built, str) and (<Executable>built).calls_host:
                 # equinox blocks such calls so that error_if raises at the call,
                 # as its own error: its call runs them.

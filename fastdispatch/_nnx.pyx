@@ -112,7 +112,7 @@ def entry_for(NnxJitFunction function, CallSignature signature, compiled, list l
         return entry, False
     entry = function.entries.insert(signature)
     try:
-        built = make_executable(compiled, signature, leaves, donates)
+        built = make_executable(compiled, signature, leaves, donates, False)
     except BaseException as error:
         function.entries.fail(entry, error)
         raise

@@ -106,6 +106,20 @@ def test_in_place_updates_propagate(nnx_jit):
     same_as_flax(nnx_jit, scenario)
 
 
+def test_a_python_int_step_counter_updates_the_module(nnx_jit):
+    # Each call's int is new: the fast path hands those calls to flax, which
+    # must still write the update back.
+    def scenario(jit):
+        counter = Counter()
+        step = jit(lambda c, x, i: c(x * i))
+        outs = [step(counter, jnp.ones(3), i) for i in range(6)]
+        assert int(counter.count[...]) == 6
+        np.testing.assert_array_equal(counter.total[...], np.full(3, 15.0))
+        return outs + [counter]
+
+    same_as_flax(nnx_jit, scenario)
+
+
 def test_variables_keep_their_identity_and_traces_are_not_repeated(nnx_jit):
     traces = []
 

@@ -146,6 +146,18 @@ def test_a_new_input_shape_is_another_record(sink):
     assert sink.calls == ["compile", "hit", "compile", "hit", "hit", "hit"]
 
 
+def test_host_values_are_converted_on_the_fast_path(sink):
+    # Unlike jax.jit's, flax's own call costs far more than converting a new
+    # Python scalar (a step counter) or a numpy batch: the fast path does it.
+    linear = nnx.Linear(3, 3, rngs=nnx.Rngs(0))
+    jitted = fnnx.jit(lambda model, x, scale: model(x) * scale)
+    batch = np.asarray(X)
+    for scale in (1.0, 2.0, 2, 3.0):
+        out = jitted(linear, batch, scale)
+    assert sink.calls == ["compile", "hit", "compile", "hit"]  # an int is another signature
+    np.testing.assert_allclose(out, linear(X) * 3.0, rtol=1e-6)
+
+
 def test_calls_flax_runs_itself(sink):
     block = Block(nnx.Rngs(0))
     jitted = fnnx.jit(forward)
