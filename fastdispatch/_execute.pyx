@@ -9,7 +9,8 @@ It is built from the pieces ``_jax.executable_parts`` takes out of a
 each leaf is: arrays go in as they are, typed keys as their physical array,
 Python scalars are put on the device (once per value, for functions that do
 not donate), numpy values are put on the device on every call where that
-beats jax.jit's own conversion.  Effects run as ``pxla.ExecuteReplicated``
+beats the caller's hand-off (jax.jit converts a small call's host data
+faster).  Effects run as ``pxla.ExecuteReplicated``
 runs them, with jax's runtime tokens.  Whatever it cannot run,
 ``make_executable`` says why, and jax.jit runs instead.
 """
