@@ -9,6 +9,8 @@ file (contract, treecases, subprocess_util) are importable by name: pytest's
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import jax
 import pytest
 
@@ -23,3 +25,32 @@ def jit(request):
     import fastdispatch
 
     return fastdispatch.jit
+
+
+class RecordedCall(NamedTuple):
+    fn: object  # the jitted function (a CompiledFunction, a filter_jit wrapper, ...)
+    hit: bool  # it ran on the fast path
+    fallback: str | None  # why it did not, or None (a hit, a compile)
+    signature: object  # its CallSignature, or None
+
+
+class RecordingSink:
+    """The dispatcher's trace hook, keeping a RecordedCall per call."""
+
+    def __init__(self):
+        self.calls = []
+
+    def record(self, fn, times, hit, compile_ns, fallback, signature):
+        assert len(times) == 6 and list(times) == sorted(times)
+        self.calls.append(RecordedCall(fn, hit, fallback, signature))
+
+
+@pytest.fixture
+def sink():
+    """Every call of every front end, recorded while the test runs."""
+    from fastdispatch import _dispatch
+
+    recording = RecordingSink()
+    _dispatch.set_trace_sink(recording)
+    yield recording
+    _dispatch.set_trace_sink(None)

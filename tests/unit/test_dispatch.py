@@ -10,27 +10,8 @@ import pytest
 from jax.experimental import io_callback
 
 import fastdispatch
-from fastdispatch import _dispatch, _execute
+from fastdispatch import _execute
 from fastdispatch.tracing.explain import describe
-
-
-class RecordingSink:
-    """Collects (fallback reason, hit) per call from the dispatcher's trace hook."""
-
-    def __init__(self):
-        self.calls = []
-
-    def record(self, fn, times, hit, compile_ns, fallback, signature):
-        assert len(times) == 6 and list(times) == sorted(times)
-        self.calls.append((fn.__name__, hit, fallback, signature))
-
-
-@pytest.fixture
-def sink():
-    recording = RecordingSink()
-    _dispatch.set_trace_sink(recording)
-    yield recording
-    _dispatch.set_trace_sink(None)
 
 
 def reasons(sink):
