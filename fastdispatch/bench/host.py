@@ -12,10 +12,8 @@ numbers behind fastdispatch's choices (docs/performance.md, "Host data").
 from __future__ import annotations
 
 import argparse
-import gc
 import itertools
 import statistics
-import time
 
 import jax
 import jax.numpy as jnp
@@ -23,32 +21,26 @@ import numpy as np
 
 from fastdispatch import _jax, device_put
 
-
-def _loop_us(fn, n: int) -> float:
-    gc.disable()
-    try:
-        start = time.perf_counter_ns()
-        for _ in range(n):
-            out = fn()
-        jax.block_until_ready(out)
-        return (time.perf_counter_ns() - start) / n / 1e3
-    finally:
-        gc.enable()
+from .runner import calls_per_loop, time_interleaved
 
 
 def measure(routes: dict, repeats: int, target_s: float = 0.02) -> dict:
     """Median us per call of each route, interleaved repeats of ~target_s loops."""
-    first = next(iter(routes.values()))
-    n = 1
-    while _loop_us(first, n) * n < target_s * 1e6 / 4:
-        n *= 2
-    n *= 4
-    samples = {name: [] for name in routes}
-    names = list(routes)
-    for r in range(repeats):
-        for name in names[r % len(names) :] + names[: r % len(names)]:
-            samples[name].append(_loop_us(routes[name], n))
+    loops = {name: _calling(fn) for name, fn in routes.items()}
+    n = calls_per_loop(next(iter(loops.values())), target_s)
+    samples = time_interleaved(loops, n, repeats)
     return {name: statistics.median(values) for name, values in samples.items()}
+
+
+def _calling(fn):
+    """A loop(n) for the runner's timers: fn called n times, its last result returned."""
+
+    def loop(n):
+        for _ in range(n):
+            out = fn()
+        return out
+
+    return loop
 
 
 def routes() -> dict[str, dict]:

@@ -137,7 +137,7 @@ def _run_checked(w: Workload, impls: list[Impl], repeats: int, target_s: float, 
     else:
         loops[RAW] = _raw_loop(run, w.blocking)
 
-    result.calls = n = _calls_per_loop(loops[reference.name], target_s)
+    result.calls = n = calls_per_loop(loops[reference.name], target_s)
     for name, loop in list(loops.items()):
         try:
             loop(max(1, n // 5))  # warm-up
@@ -145,12 +145,7 @@ def _run_checked(w: Workload, impls: list[Impl], repeats: int, target_s: float, 
             result.skipped[name] = f"warm-up {_raised(e)}"
             del loops[name]
     gc.collect()
-    names = list(loops)
-    result.samples = {name: [] for name in names}
-    for r in range(repeats):
-        start = r % len(names)
-        for name in names[start:] + names[:start]:
-            result.samples[name].append(_time(loops[name], n))
+    result.samples = time_interleaved(loops, n, repeats)
 
 
 FED_BACK_CALLS = 3  # outputs are also checked after this many calls of the workload's loop
@@ -241,7 +236,19 @@ def _raw_loop(run: Callable[[], list], blocking: bool) -> Callable[[int], object
     return loop
 
 
-def _time(loop: Callable[[int], object], n: int) -> float:
+def time_interleaved(loops: dict[str, Callable[[int], object]], n: int, repeats: int) -> dict[str, list]:
+    """us per call of each loop of n calls, per repeat; the loops take turns within
+    a repeat and the starting one rotates, so that machine noise hits them alike."""
+    names = list(loops)
+    samples = {name: [] for name in names}
+    for r in range(repeats):
+        start = r % len(names)
+        for name in names[start:] + names[:start]:
+            samples[name].append(time_loop(loops[name], n))
+    return samples
+
+
+def time_loop(loop: Callable[[int], object], n: int) -> float:
     """Microseconds per call of one loop of n calls, blocking once at the end."""
     gc.disable()
     try:
@@ -256,11 +263,11 @@ def _time(loop: Callable[[int], object], n: int) -> float:
 MIN_CALLS = 10  # per timed loop, however slow the call, so that one stall doesn't make a sample
 
 
-def _calls_per_loop(loop: Callable[[int], object], target_s: float) -> int:
+def calls_per_loop(loop: Callable[[int], object], target_s: float) -> int:
     """Calls that make one loop last about target_s (timeit's autorange, scaled)."""
     n = 1
     while True:
-        total_s = _time(loop, n) * n / 1e6
+        total_s = time_loop(loop, n) * n / 1e6
         if total_s >= target_s / 5 or n >= 10**6:
             return max(MIN_CALLS, round(n * target_s / total_s))
         n *= 4
