@@ -20,6 +20,7 @@ from cpython.ref cimport Py_INCREF
 from libc.float cimport FLT_MAX
 from libc.math cimport fabs, isinf
 
+from fastdispatch._dispatch cimport trace_state_clean
 from fastdispatch._pytree cimport TreeDef, flatten_into
 from fastdispatch._signature cimport (
     LeafKind, LEAF_ARRAY, LEAF_HOST, LEAF_SCALAR, classify_leaf, plain_host_value)
@@ -131,7 +132,7 @@ def device_put(x, device=None):
     goes to jax.device_put whole."""
     if device is not None and not isinstance(device, jax.Device):
         return _jax_device_put(x, device)
-    if _jax.TRACE_STATE.value is not _jax.CLEAN_TRACE_STATE:
+    if not trace_state_clean():
         return _jax_device_put(x, device)   # under a transformation jax stages it
     cdef bint committed = device is not None
     target = device if committed else _jax.default_device()
