@@ -211,12 +211,6 @@ def array_descriptor(name: str):
     raise AttributeError(f"{ARRAY_TYPE.__name__} has no attribute {name!r}")
 
 
-def key_array_buffer(key):
-    """The physical uint32 array behind a typed PRNG key: what the executable
-    takes.  (The hot path reads the same attribute through KEY_BUFFER_ATTR.)"""
-    return getattr(key, KEY_BUFFER_ATTR)
-
-
 def key_aval_text(impl, base_aval) -> str:
     """``key<fry>[3]`` for keys of this impl whose physical array has ``base_aval``."""
     shape = base_aval.shape[: len(base_aval.shape) - len(impl.key_shape)]

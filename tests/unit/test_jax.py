@@ -37,7 +37,7 @@ def test_array_types_and_attributes():
     assert getattr(committed, _jax.COMMITTED_ATTR) is True
     key = jax.random.key(0)
     assert type(key) is _jax.KEY_ARRAY_TYPE
-    buffer = _jax.key_array_buffer(key)
+    buffer = getattr(key, _jax.KEY_BUFFER_ATTR)  # what the executable takes
     assert type(buffer) is _jax.ARRAY_TYPE and buffer.dtype == np.uint32
 
 
@@ -199,7 +199,7 @@ def test_executable_parts_refuse_debug_nans():
 
 def test_key_aval_text_names_impl_and_shape():
     keys = jax.random.split(jax.random.key(0), 3)
-    base = _jax.key_array_buffer(keys)
+    base = getattr(keys, _jax.KEY_BUFFER_ATTR)
     assert _jax.key_aval_text(getattr(keys, _jax.KEY_IMPL_ATTR), base.aval) == "key<fry>[3]"
 
 
