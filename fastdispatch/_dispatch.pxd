@@ -87,6 +87,14 @@ cdef class PreviousCall:
     cdef CallSignature signature           # its own signature: the objects it held
     cdef CallLayout layout                 # its layout, when all its arguments were leaves
     cdef bint hands_off                    # jax.jit runs its entry for the leaves' sake (numpy)
+    # Calls whose arguments are trees (no layout): the shape of the call's
+    # argument array, and why jax.jit took its last call for its leaves' sake
+    # (numpy values it converts faster, a step counter's new value), or None.
+    cdef Py_ssize_t nargs                  # positional arguments
+    cdef object kwnames                    # keyword names (a tuple), or None
+    cdef tuple arg_types                   # the type of each argument in the array
+    cdef str tree_hand_off                 # jax.jit took the last call: hand off before flattening
+    cdef unsigned int tree_hand_offs       # calls handed off so: every 64th is flattened again
 
 
 @cython.final
@@ -114,6 +122,7 @@ cdef class CompiledFunction:
     cdef object _compile(self, CacheEntry entry, tuple args, dict kwargs, list leaves,
                          Call* call, CallTimes* times)
     cdef object _fallback(self, Call* call, str reason, CallTimes* times, CallSignature signature)
+    cdef void _handed_off(self, CacheEntry entry, str reason)
     cdef object _returned(self, Call* call, object out)
     cdef void _record(self, CallTimes* times, bint hit, long long compile_ns, object reason,
                       CallSignature signature)

@@ -356,6 +356,25 @@ cdef inline str _hand_off_reason(PreviousCall previous, object leaves, Call* cal
     return None
 
 
+cdef inline bint _same_shape(PreviousCall previous, Call* call):
+    """The call's argument array holds as many arguments of the same types,
+    under the same keyword names, as the previous call's."""
+    cdef Py_ssize_t i, n = PyVectorcall_NARGS(call.nargsf)
+    if n != previous.nargs:
+        return False
+    if call.kwnames == NULL or previous.kwnames is None:
+        if call.kwnames != NULL or previous.kwnames is not None:
+            return False
+    elif not same_items(<tuple>call.kwnames, <tuple>previous.kwnames):
+        return False
+    else:
+        n += PyTuple_GET_SIZE(<tuple>call.kwnames)
+    for i in range(n):
+        if type(<object>call.argv[i]) is not <object>PyTuple_GET_ITEM(previous.arg_types, i):
+            return False
+    return True
+
+
 @cython.final
 cdef class PreviousCall:
     """The guard's guess for the next call: the previous call's entry, its own
@@ -481,6 +500,15 @@ cdef class CompiledFunction:
                 if reason is not None:
                     self._entries.touch(previous.entry)
                     return self._fallback(call, reason, times, None)
+        elif (previous is not None and previous.tree_hand_off is not None and not times.watch
+              and _same_shape(previous, call)):
+            # A call of trees laid out as the previous one, which jax.jit took
+            # for its leaves' sake: it takes this one too, unflattened, but for
+            # every 64th, which is flattened and keyed again in case its leaves
+            # (or jax's choice) have changed.
+            previous.tree_hand_offs += 1
+            if previous.tree_hand_offs & 63:
+                return self._fallback(call, previous.tree_hand_off, times, None)
         context = _trace_context()
         if not trace_state_clean():
             return self._fallback(call, "tracer", times, None)
@@ -546,6 +574,7 @@ cdef class CompiledFunction:
         if entry.executable is None:
             # An entry jax runs (numpy arguments, effects): still a hit, found
             # by the guard, so the hand-off costs as little as it can.
+            self._handed_off(entry, entry.slow_reason)
             return self._fallback(call, entry.slow_reason, times, entry.signature)
         if times.watch:
             reached(times, AT_FOUND, "launch")
@@ -553,6 +582,7 @@ cdef class CompiledFunction:
             leaves = _tuple_from_array(call.argv, PyVectorcall_NARGS(call.nargsf))
         out = entry.executable.run(leaves, &times.launched if times.watch & WATCH_CLOCK else NULL)
         if type(out) is Delegate:
+            self._handed_off(entry, (<Delegate>out).reason)
             return self._fallback(call, (<Delegate>out).reason, times, entry.signature)
         if times.watch:
             reached(times, AT_END, None)
@@ -607,6 +637,16 @@ cdef class CompiledFunction:
                 self._record(times, False, 0, reason, signature)
         return self._returned(call, out)
 
+    cdef void _handed_off(self, CacheEntry entry, str reason):
+        """jax.jit takes a call on ``entry``: where it did for the leaves' sake
+        and the call's arguments are trees, the next call laid out alike goes
+        to jax.jit before it is flattened (see _guarded)."""
+        cdef PreviousCall previous = self._previous
+        if previous is None or previous.entry is not entry or previous.layout is not None:
+            return
+        if reason is HOST_DATA_REASON or reason is NEW_SCALAR_REASON:
+            previous.tree_hand_off = reason
+
     cdef inline object _returned(self, Call* call, object out):
         """Step 6: the one post-hook check, then the output."""
         cdef Py_ssize_t nargs
@@ -631,6 +671,11 @@ cdef class CompiledFunction:
                                      self._static_argnames, signature)
         previous.hands_off = (previous.layout is not None and entry.executable is None
                               and entry.slow_reason is HOST_DATA_REASON)
+        previous.nargs = PyTuple_GET_SIZE(args)
+        previous.kwnames = None if kwnames == NULL else <object>kwnames
+        previous.arg_types = tuple([type(value) for value in args])
+        if kwargs:
+            previous.arg_types += tuple([type(value) for value in kwargs.values()])
         self._previous = previous
 
     cdef tuple _split_static(self, tuple args, dict kwargs):

@@ -48,12 +48,13 @@ NEW_SCALAR_REASON = sys.intern("new scalar value")
 # array or new Python int (docs/performance.md), converting here beats handing
 # the call to jax.jit from about 6 array leaves on: an entry converts host data
 # itself only with at least that many other leaves per host leaf.
-HOST_BREAK_EVEN_LEAVES = 6
-NEW_SCALAR_BREAK_EVEN_LEAVES = 6
+HOST_BREAK_EVEN_LEAVES = 12
+NEW_SCALAR_BREAK_EVEN_LEAVES = 16
 
 cdef str _KEY_BUFFER = sys.intern(_jax.KEY_BUFFER_ATTR)
 # jaxlib's own conversion, as _jax.put_host calls it (without its Python frame).
 cdef object _batched_device_put = _jax.batched_device_put
+cdef object _canonicalize_host = _jax.canonicalize_host
 cdef object _consume = _jax.consume_with_handlers
 cdef object _RuntimeError = _jax.RUNTIME_ERROR
 cdef object _host_transfer_guard = _jax.host_transfer_guard
@@ -63,15 +64,23 @@ cdef object _Token = _jax.TOKEN_TYPE
 cdef object _ALLOW = "allow"
 
 # How to put one host value (a Python scalar, a numpy value) where the executable
-# wants it: batched_device_put's aval, its replicated sharding, and this
-# process's devices of that sharding (one, or several: the value goes on each,
-# as jax's own shard_args puts a replicated value).
-HostInput = namedtuple("HostInput", "aval sharding devices")
+# wants it: batched_device_put's aval, its replicated sharding, this process's
+# devices of that sharding (one, or several: the value goes on each, as jax's
+# own shard_args puts a replicated value), and whether a numpy value's dtype is
+# one jax casts (float64 to float32, int64 to int32 with x64 off).
+HostInput = namedtuple("HostInput", "aval sharding devices cast")
 
 
 cdef object _put_host(object spec, object value):
     """A jax Array of ``value`` where ``spec`` (a HostInput) says, or None when it
     does not convert (an int too large for int32, a transfer the guard disallows)."""
+    if spec.cast:
+        # Cast here, by jax's own canonicalize_value, with numpy's overflow
+        # warning at the caller's line as jax.jit gives it.  Not left to
+        # batched_device_put (nor to jax.jit's C++ path), which cast too but
+        # crash the process where a filter makes that warning an error: here
+        # it is raised to the caller, as jax.jit's first call raises it.
+        value = _canonicalize_host(value)
     try:
         return _batched_device_put(spec.aval, spec.sharding, [value] * len(spec.devices),
                                    spec.devices, False)
@@ -316,10 +325,11 @@ cdef class Executable:
 
 
 cdef inline bint _convertible_host_value(object leaf, object aval) except -1:
-    """A numpy array or scalar batched_device_put puts as jax.jit would, of the
-    input's very dtype (no 64-bit squashing) and shape."""
-    return (plain_host_value(leaf) and leaf.dtype == aval.dtype
-            and tuple(leaf.shape) == tuple(aval.shape))
+    """A numpy array or scalar batched_device_put puts as jax.jit would: of the
+    input's shape, and of its dtype once jax has canonicalised it."""
+    if not plain_host_value(leaf) or tuple(leaf.shape) != tuple(aval.shape):
+        return False
+    return leaf.dtype == aval.dtype or _jax.canonical_dtype(leaf.dtype, _jax.x64_enabled()) == aval.dtype
 
 
 cdef object make_executable(object compiled, CallSignature signature, list leaves, bint donates,
@@ -353,7 +363,8 @@ cdef object make_executable(object compiled, CallSignature signature, list leave
             devices = _jax.scalar_devices(expected)
             if isinstance(devices, str):
                 return devices
-            host_inputs.append(HostInput(parts.in_avals[j], expected, list(devices)))
+            cast = key.kind == LEAF_HOST and leaves[index].dtype != parts.in_avals[j].dtype
+            host_inputs.append(HostInput(parts.in_avals[j], expected, list(devices), cast))
             continue
         host_inputs.append(None)
         leaf = leaves[index]
