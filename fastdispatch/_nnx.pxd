@@ -10,7 +10,7 @@ cpdef enum GuardKind:
     GUARD_DICT = 1       # a dict container: its recorded items
     GUARD_LIST = 2       # a list container: its recorded items
     GUARD_VARIABLE = 3   # a Variable: its type, its metadata, an array as its value
-    GUARD_FLAGS = 4      # a PytreeState: its recorded (initializing, is_setup)
+    GUARD_FLAGS = 4      # a node's PytreeState (at keys[0], whichever object): its (initializing, is_setup)
 
 # How one argument of a call reaches the executable.
 cpdef enum InputKind:
@@ -23,7 +23,7 @@ cdef class Guard:
     cdef object target             # the object checked (held: Variables have no weak references)
     cdef object target_type        # NODE, VARIABLE: its type
     cdef tuple keys                # NODE, DICT: the keys checked
-    cdef tuple values              # NODE, DICT, LIST: the values they held (ARRAY_SLOT: an array)
+    cdef tuple values              # NODE, DICT, LIST: the values they held (ARRAY_SLOT: an array, STATE_SLOT: a PytreeState)
     cdef Py_ssize_t size           # NODE, DICT, LIST: the number of entries
     cdef object expected           # VARIABLE: a copy of its metadata; FLAGS: the flags
     cdef bint holds(self) except -1

@@ -5,6 +5,7 @@ from collections.abc import Callable
 from typing import Any
 
 ARRAY_SLOT: object
+STATE_SLOT: object
 
 class GuardKind(enum.IntEnum):
     GUARD_NODE = 0
@@ -74,7 +75,12 @@ class NnxJitFunction:
     def _records(self) -> list[Record]: ...
 
 def configure(
-    raw_value: Any, metadata: Any, graph_context: Any, miss: Callable[..., Any], flags_fields: Any
+    raw_value: Any,
+    metadata: Any,
+    graph_context: Any,
+    miss: Callable[..., Any],
+    flags_fields: Any,
+    state_type: type,
 ) -> None: ...
 def raw_value(variable: Any) -> Any: ...
 def metadata(variable: Any) -> dict[str, Any]: ...

@@ -54,6 +54,11 @@ cdef object _KEY_ARRAY = _jax.KEY_ARRAY_TYPE
 # Where an array attribute or value lives: its type is checked, not its
 # identity (the fast path itself writes new arrays there).
 ARRAY_SLOT = object()
+# Where a node keeps its PytreeState: flax's merge puts a new one there on
+# every call it runs, so its type is checked here and its flags by the
+# node's GUARD_FLAGS, never its identity (else each function's flax call
+# would void the records of every other function on the same graph).
+STATE_SLOT = object()
 
 # Set by fastdispatch.nnx (configure): what of flax the hot path reads.
 cdef object _raw_value = None          # Variable._raw_value, a slot (member descriptor)
@@ -64,12 +69,13 @@ cdef descrgetfunc _get_metadata = NULL
 cdef object _graph_context = None      # flax's thread-local GRAPH_CONTEXT
 cdef object _flax_miss = None          # fastdispatch.nnx.miss(function, args, kwargs)
 cdef tuple _flags_fields = ()          # PytreeState's flag slots, read for GUARD_FLAGS
+cdef object _state_type = None         # PytreeState
 
 
-def configure(raw_value, metadata, graph_context, miss, flags_fields):
+def configure(raw_value, metadata, graph_context, miss, flags_fields, state_type):
     """Hand the hot path what it reads of flax (called once by fastdispatch.nnx)."""
     global _raw_value, _get_raw, _set_raw, _metadata, _get_metadata, _graph_context, _flax_miss
-    global _flags_fields
+    global _flags_fields, _state_type
     _raw_value = raw_value
     _get_raw = (<_TypeWithDescr*>Py_TYPE(raw_value)).tp_descr_get
     _set_raw = (<_TypeWithDescr*>Py_TYPE(raw_value)).tp_descr_set
@@ -78,6 +84,7 @@ def configure(raw_value, metadata, graph_context, miss, flags_fields):
     _graph_context = graph_context
     _flax_miss = miss
     _flags_fields = tuple(flags_fields)
+    _state_type = state_type
 
 
 def raw_value(variable):
@@ -147,6 +154,9 @@ cdef inline bint _same_entries(dict d, tuple keys, tuple values) except -1:
         if expected is ARRAY_SLOT:
             if not _is_array(<object>found):
                 return False
+        elif expected is STATE_SLOT:
+            if type(<object>found) is not _state_type:
+                return False
         elif found != <PyObject*>expected:
             return False
     return True
@@ -193,9 +203,12 @@ cdef class Guard:
                 return False
             metadata = _slot_read(_metadata, _get_metadata, target)
             return metadata is self.expected or metadata == self.expected
-        # GUARD_FLAGS
+        # GUARD_FLAGS: the node's PytreeState, whichever object holds it now
+        state = PyObject_GenericGetDict(target, NULL).get(<object>PyTuple_GET_ITEM(self.keys, 0))
+        if type(state) is not _state_type:
+            return False
         for i in range(PyTuple_GET_SIZE(_flags_fields)):
-            if getattr(target, <str>PyTuple_GET_ITEM(_flags_fields, i)) is not \
+            if getattr(state, <str>PyTuple_GET_ITEM(_flags_fields, i)) is not \
                     <object>PyTuple_GET_ITEM(<tuple>self.expected, i):
                 return False
         return True
@@ -350,8 +363,13 @@ cdef class NnxJitFunction:
             return self._fallback(args, kwargs, "not graph mode with graph updates", times)
         if not trace_state_clean():
             return self._fallback(args, kwargs, "tracer", times)
-        if _graph_context.tmp_static_cache is not None:
-            return self._fallback(args, kwargs, "cached_partial", times)
+        # nnx.cached_partial hands its call a static cache of the graph's
+        # traversal, for flax's update context to take; a call a record serves
+        # traverses nothing, so the cache is taken here, and given back to
+        # flax for a call it runs.
+        static_cache = _graph_context.tmp_static_cache
+        if static_cache is not None:
+            _graph_context.tmp_static_cache = None
         context = trace_context()
         records = self.records
         cdef Record holding = None   # a record whose graph this call has, for other shapes
@@ -374,6 +392,7 @@ cdef class NnxJitFunction:
             if i:
                 self.records = (record,) + records[:i] + records[i + 1:]
             return self._run(record, args, kwargs, inputs, times)
+        _graph_context.tmp_static_cache = static_cache
         return self._miss(args, kwargs, holding, times)
 
     cdef object _run(self, Record record, tuple args, dict kwargs, list inputs, CallTimes* times):

@@ -47,7 +47,7 @@ from flax.nnx.transforms import compilation as _compilation
 from flax.typing import MISSING
 
 from fastdispatch import _dispatch, _jax, _nnx, _pytree
-from fastdispatch._nnx import ARRAY_SLOT, Guard, Input, NnxJitFunction, Record
+from fastdispatch._nnx import ARRAY_SLOT, STATE_SLOT, Guard, Input, NnxJitFunction, Record
 
 __all__ = ["NnxJitFunction", "jit"]
 
@@ -345,7 +345,11 @@ def _guards(roots):
             guards.append(_entries_guard(_nnx.GuardKind.GUARD_NODE, x, fields))
             nodes = x._pytree__nodes if getattr(x, "_pytree__is_pytree", False) else None
             for key, value in fields.items():
-                if nodes is None or nodes.get(key, False):
+                if type(value) is _pytreelib.PytreeState:
+                    # Checked through its owner: flax's merge replaces it.
+                    flags = tuple(getattr(value, f) for f in _FLAGS)
+                    guards.append(Guard(_nnx.GuardKind.GUARD_FLAGS, x, keys=(key,), expected=flags))
+                elif nodes is None or nodes.get(key, False):
                     visit(value)
         elif kind is _statelib.State:
             seen.add(id(x))
@@ -362,9 +366,7 @@ def _guards(roots):
             for value in x:
                 visit(value)
         elif kind is _pytreelib.PytreeState:
-            guards.append(
-                Guard(_nnx.GuardKind.GUARD_FLAGS, x, kind, expected=tuple(getattr(x, f) for f in _FLAGS))
-            )
+            raise _NotRecorded("a PytreeState outside its node")
         elif issubclass(kind, tuple):  # immutable: its children only
             for value in x:
                 visit(value)
@@ -377,9 +379,19 @@ def _guards(roots):
     return guards
 
 
+def _slot_marker(value):
+    """What a node guard expects of one field: a marker where the value is
+    replaced on every call (arrays by the fast path, PytreeState by flax's merge)."""
+    if type(value) in _ARRAY_TYPES:
+        return ARRAY_SLOT
+    if type(value) is _pytreelib.PytreeState:
+        return STATE_SLOT
+    return value
+
+
 def _entries_guard(kind, target, fields):
     keys = tuple(fields)
-    values = tuple(ARRAY_SLOT if type(value) in _ARRAY_TYPES else value for value in fields.values())
+    values = tuple(_slot_marker(value) for value in fields.values())
     return Guard(kind, target, type(target), keys=keys, values=values, size=len(fields))
 
 
@@ -389,6 +401,7 @@ _nnx.configure(
     _graphlib.GRAPH_CONTEXT,
     miss,
     _FLAGS,
+    _pytreelib.PytreeState,
 )
 
 
