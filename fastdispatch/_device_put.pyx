@@ -91,6 +91,22 @@ cdef object _array_aval(object leaf, bint x64):
     return aval if aval is not False else None
 
 
+cdef bint _jax_puts_first(list leaves, bint x64) except -1:
+    """Whether jax.device_put must take the whole tree: it gives every leaf its
+    aval before it transfers any, so a leaf it refuses (a Python int beyond
+    the int range, a value of no jax type) raises its error before another
+    leaf's transfer could warn or fail; leaf by leaf, ours would not."""
+    cdef LeafKind kind
+    for leaf in leaves:
+        kind = classify_leaf(leaf)
+        if kind > LEAF_HOST:
+            return True
+        if kind == LEAF_SCALAR and type(leaf) is int and not (
+                (-(1 << 63) <= leaf < (1 << 63)) if x64 else (-(1 << 31) <= leaf < (1 << 31))):
+            return True
+    return False
+
+
 cdef list put_leaves(list leaves, object device, object target, object sharding, bint committed):
     # Each host leaf: jaxlib's batched_device_put, as _jax.put_host calls it.
     cdef Py_ssize_t i, n = PyList_GET_SIZE(leaves)
@@ -141,6 +157,8 @@ def device_put(x, device=None):
         return _jax_device_put(x, device)
     cdef list leaves = []
     cdef TreeDef treedef = flatten_into(x, leaves)
+    if _jax_puts_first(leaves, _jax.x64_enabled()):
+        return _jax_device_put(x, device)
     guard = _jax.host_transfer_guard()
     if guard is None or guard == "allow":
         out = put_leaves(leaves, device, target, sharding, committed)

@@ -11,8 +11,18 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+import os
+
 import jax
 import pytest
+from hypothesis import settings
+
+# Property tests explore at random on a developer's machine and replay a fixed
+# set of examples in CI (.ci/run sets CI=true), so that a fresh clone never
+# fails at random; HYPOTHESIS_PROFILE=ci replays them locally.
+settings.register_profile("ci", derandomize=True, print_blob=True)
+settings.register_profile("dev", print_blob=True)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.get("CI") else "dev"))
 
 
 @pytest.fixture(params=["jax", "fastdispatch"])

@@ -125,6 +125,16 @@ def test_errors_are_jax_errors():
         check([1.0, bad], jax.devices()[0])
 
 
+@pytest.mark.filterwarnings("error")
+def test_every_leaf_is_checked_before_any_transfer():
+    # Found by the property test: jax refuses the int before it casts the float
+    # beyond float32 (whose overflow warning is an error here).
+    for x64 in (False, True):
+        with jax.enable_x64(x64):
+            check([3.4028235677973366e38, 2**70], None)
+    check((np.array([1e300]), "text"), jax.devices()[0])
+
+
 def test_shardings_and_other_targets_go_to_jax():
     sharding = jax.sharding.SingleDeviceSharding(jax.devices()[0])
     tree = {"a": np.ones(2), "b": 1.0}
