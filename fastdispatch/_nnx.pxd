@@ -63,6 +63,12 @@ cdef class NnxJitFunction:
     cdef FunctionCache entries          # our part of the shared LRU
     cdef tuple records                  # Record, most recently used first
     cdef str _span_name                 # its calls' span under jax.profiler
+    # A call whose graph no record can serve (why not: `refusal`) leaves its
+    # arguments' identities (`refused`, see _arguments_key): calls on the same
+    # arguments go to flax without trying again to record, but every 64th.
+    cdef tuple refused
+    cdef str refusal
+    cdef unsigned int refusals
     cdef dict __dict__
     cdef object __weakref__
 

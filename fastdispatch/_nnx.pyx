@@ -34,7 +34,8 @@ from fastdispatch._dispatch cimport (
     record_call, trace_context, trace_state_clean)
 from fastdispatch._execute cimport Delegate, make_executable
 from fastdispatch._pytree cimport TreeDef, flatten_into
-from fastdispatch._signature cimport CallSignature, LeafKind, LEAF_ARRAY, make_signature
+from fastdispatch._signature cimport (
+    CallSignature, LeafKind, LEAF_ARRAY, LEAF_HOST, classify_leaf, make_signature)
 from functools import partial as _partial
 
 from fastdispatch._cache import default_cache
@@ -328,6 +329,19 @@ cdef class Record:
         return 0
 
 
+cdef tuple _arguments_key(tuple args, dict kwargs):
+    """What identifies a call's arguments, holding none of them: each
+    argument's id, or its type for arrays, host data and scalars (a batch is
+    new every call), and the keyword names."""
+    cdef list key = []
+    for value in args:
+        key.append(type(value) if classify_leaf(value) <= LEAF_HOST else id(value))
+    for name, value in kwargs.items():
+        key.append(name)
+        key.append(type(value) if classify_leaf(value) <= LEAF_HOST else id(value))
+    return tuple(key)
+
+
 # The most records kept per function: train and eval states of one model, say.
 cdef enum:
     MAX_RECORDS = 4
@@ -393,6 +407,13 @@ cdef class NnxJitFunction:
                 self.records = (record,) + records[:i] + records[i + 1:]
             return self._run(record, args, kwargs, inputs, times)
         _graph_context.tmp_static_cache = static_cache
+        if holding is None and self.refused is not None and self.refused == _arguments_key(args, kwargs):
+            # flax's call, as the last one on these arguments was, without
+            # the attempt to record it (a trace of its outputs, its graph
+            # walked twice: costlier than flax's call itself).
+            self.refusals += 1
+            if self.refusals & 63:
+                return self._fallback(args, kwargs, self.refusal, times)
         return self._miss(args, kwargs, holding, times)
 
     cdef object _run(self, Record record, tuple args, dict kwargs, list inputs, CallTimes* times):
@@ -418,7 +439,7 @@ cdef class NnxJitFunction:
         if times.watch:
             reached(times, AT_FOUND, "flax", "new graph")
         try:
-            out, record, compiled = _flax_miss(self, args, kwargs, holding)
+            out, record, compiled, refusal = _flax_miss(self, args, kwargs, holding)
         except BaseException:
             if times.watch:
                 reached(times, AT_END, None)
@@ -426,6 +447,9 @@ cdef class NnxJitFunction:
             raise
         if record is not None:
             self.records = ((record,) + self.records)[:MAX_RECORDS]
+            self.refused = None
+        else:
+            self.refused, self.refusal, self.refusals = _arguments_key(args, kwargs), refusal, 0
         if times.watch:
             reached(times, AT_END, None)
             signature = (<Record>record).entry.signature if record is not None else None
@@ -446,6 +470,7 @@ cdef class NnxJitFunction:
     def clear_cache(self):
         """Forget the records and executables (flax's jit keeps its own traces)."""
         self.records = ()
+        self.refused = None
         self.entries.clear()
 
     def _cache_size(self):

@@ -117,8 +117,9 @@ def miss(function, args, kwargs, holding):
     when ``holding`` (a Record) proves the call's graph is the recorded one and
     the executable keeps the graph, a write-back into that record's slots, which
     leaves the graph's objects (and every record of them) as they are.  Returns
-    ``(output, record or None, compiled)``: a Record for the next call on the
-    graph left behind, and whether the executable is new to the cache."""
+    ``(output, record or None, compiled, refusal)``: a Record for the next call
+    on the graph left behind, whether the executable is new to the cache, and
+    why no record could be made (None when one was)."""
     flax_function = function.flax_function
     with _graphlib.update_context(flax_function):
         before = flax_function._get_pure_args_kwargs(args, kwargs)
@@ -133,9 +134,9 @@ def miss(function, args, kwargs, holding):
             out = flax_function._get_non_pure_out(*outputs)
     try:
         record, compiled = _record(function, args, kwargs, before, seconds, holding if kept else None)
-    except _NotRecorded:
-        return out, None, False
-    return out, record, compiled
+    except _NotRecorded as refusal:
+        return out, None, False, str(refusal)
+    return out, record, compiled, None
 
 
 class _NotRecorded(Exception):

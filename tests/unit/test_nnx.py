@@ -247,3 +247,32 @@ def test_guard_kinds_are_the_ones_flax_split_visits():
     assert all(guard.holds_now() for guard in guards)
     model.eval()
     assert not all(guard.holds_now() for guard in guards)
+
+
+class History(nnx.Module):
+    """Arrays inside a list of the graph: no record can serve its calls."""
+
+    def __init__(self, rngs):
+        self.linear = nnx.Linear(3, 3, rngs=rngs)
+        self.history = nnx.data([jnp.zeros(3), jnp.ones(3)])
+
+    def __call__(self, x):
+        return self.linear(x) + self.history[0]
+
+
+def test_a_graph_no_record_serves_goes_to_flax_without_retrying_each_call(sink, monkeypatch):
+    attempts = []
+    record = fnnx._record
+
+    def counted(*args, **kwargs):
+        attempts.append(1)
+        return record(*args, **kwargs)
+
+    monkeypatch.setattr(fnnx, "_record", counted)
+    model, reference = History(nnx.Rngs(0)), History(nnx.Rngs(0))
+    jitted, flax_jitted = fnnx.jit(forward), nnx.jit(forward)
+    for _ in range(130):
+        np.testing.assert_array_equal(jitted(model, X), flax_jitted(reference, X))
+    # Tried on the first call, then again every 64th only.
+    assert len(attempts) == 3
+    assert outcomes(sink)[:2] == ["new graph", "an array inside a container of the graph"]
