@@ -3,6 +3,7 @@
 from fastdispatch import jit     # instead of: from jax import jit
 """
 
+from fastdispatch import _pytree
 from fastdispatch._cache import CompiledFunctionCache, default_cache
 from fastdispatch._device_put import device_put
 from fastdispatch._dispatch import CompiledFunction, jit, set_post_hook
@@ -16,6 +17,10 @@ from fastdispatch.state import (
     thread_local_state,
 )
 from fastdispatch.tracing import assert_max_compiles, stats, trace
+
+# Plain jit reads equinox Modules (eqx.partition's halves, say) in C once the
+# program uses one: the equinox front end's field reader, loaded on first sight.
+_pytree.add_lazy_field_reader("equinox", "fastdispatch.equinox")
 
 
 def __getattr__(name):

@@ -23,7 +23,7 @@ cdef class Guard:
     cdef object target             # the object checked (held: Variables have no weak references)
     cdef object target_type        # NODE, VARIABLE: its type
     cdef tuple keys                # NODE, DICT: the keys checked
-    cdef tuple values              # NODE, DICT, LIST: the values they held (ARRAY_SLOT: an array, STATE_SLOT: a PytreeState)
+    cdef tuple values              # NODE, DICT, LIST: the values held (ARRAY_SLOT, STATE_SLOT: by type)
     cdef Py_ssize_t size           # NODE, DICT, LIST: the number of entries
     cdef object expected           # VARIABLE: a copy of its metadata; FLAGS: the flags
     cdef bint holds(self) except -1

@@ -25,6 +25,8 @@ foreign references are dict keys and the aux data of registered nodes, and a
 registered node's TreeDef is only memoised when its aux data is made of
 atoms (None, str, int, float, bool, bytes and tuples of them).
 """
+import importlib
+
 cimport cython
 from cpython.dict cimport PyDict_GetItem, PyDict_Next, PyDict_SetItem, PyDict_Size
 from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE, PyList_New, PyList_SET_ITEM
@@ -318,6 +320,8 @@ cdef NodeType _classify_type(type t):
             info.kind = NODE_DATACLASS
             info.data_fields, info.meta_fields = fields
         else:
+            if _lazy_readers and _load_lazy_reader(t):
+                return _classify_type(t)
             for reader in _field_readers:
                 layout = reader(t, info.to_iter)
                 if layout is not None:
@@ -430,6 +434,29 @@ def add_field_reader(reader):
     if reader not in _field_readers:
         _field_readers.append(reader)
         _registry_size = -1      # classify every type again
+
+
+# package -> the module whose import adds the field reader of that package's
+# types (fastdispatch.equinox for equinox): loaded when the first such type is
+# met, so that plain jit reads an equinox Module in C without a front end in use.
+cdef dict _lazy_readers = {}
+
+
+def add_lazy_field_reader(str package, str module):
+    """Import ``module`` (which calls add_field_reader) when flatten first meets
+    a registered type from ``package``, or derived from one of its types."""
+    _lazy_readers[package] = module
+
+
+cdef bint _load_lazy_reader(type t) except -1:
+    cdef str package
+    for base in t.__mro__:
+        package = (getattr(base, "__module__", None) or "").partition(".")[0]
+        module = _lazy_readers.pop(package, None)
+        if module is not None:
+            importlib.import_module(module)
+            return True
+    return False
 
 
 cdef tuple _read_fields(FieldLayout layout, object tree):

@@ -9,9 +9,8 @@ file (contract, treecases, subprocess_util) are importable by name: pytest's
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 import os
+from typing import NamedTuple
 
 import jax
 import pytest

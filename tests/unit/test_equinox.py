@@ -10,6 +10,8 @@ import numpy as np
 import pytest
 import treecases
 from jax._src import tree_util as jax_tree_util
+from lazy_reader_body import plain_jit_reads_equinox_modules_in_c
+from subprocess_util import run_in_subprocess
 
 import fastdispatch
 from fastdispatch import _pytree
@@ -193,3 +195,9 @@ def test_fallback_names_the_user_function_in_the_trace():
     assert row["name"] == "test_fallback_names_the_user_function_in_the_trace.<locals>.loss"
     assert row["location"].endswith(f"test_equinox.py:{loss.__code__.co_firstlineno}")
     assert (row["calls"], row["hits"], row["compiles"]) == (2, 1, 1)
+
+
+
+def test_plain_jit_reads_equinox_modules_in_c():
+    # In a fresh process: this one has imported the front end already.
+    run_in_subprocess(plain_jit_reads_equinox_modules_in_c, n_devices=1)
