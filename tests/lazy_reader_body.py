@@ -23,4 +23,3 @@ def plain_jit_reads_equinox_modules_in_c():
     # The first equinox Module flattened loaded the front end's field reader.
     assert "fastdispatch.equinox" in sys.modules
     assert _pytree.flatten(params)[1] == _pytree.flatten(params)[1]
-
