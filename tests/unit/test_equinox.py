@@ -197,7 +197,6 @@ def test_fallback_names_the_user_function_in_the_trace():
     assert (row["calls"], row["hits"], row["compiles"]) == (2, 1, 1)
 
 
-
 def test_plain_jit_reads_equinox_modules_in_c():
     # In a fresh process: this one has imported the front end already.
     run_in_subprocess(plain_jit_reads_equinox_modules_in_c, n_devices=1)
