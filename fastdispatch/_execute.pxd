@@ -31,6 +31,7 @@ cdef class Executable:
     cdef object token_buffer           # bool[0] on devices[0], made on first need
     cdef object keepalive              # what the host callbacks need kept alive
     cdef bint calls_host               # it runs Python on the host (callbacks, effects)
+    cdef bint paced                    # a launch on several CPU devices: see _pace
 
     # The output of one call on its flat leaves, or a Delegate when jax.jit
     # must run it after all (a host value that does not convert, a new scalar

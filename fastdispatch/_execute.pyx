@@ -15,7 +15,7 @@ runs them, with jax's runtime tokens.  Whatever it cannot run,
 ``make_executable`` says why, and jax.jit runs instead.
 """
 import sys
-from collections import namedtuple
+from collections import deque, namedtuple
 
 from cpython.list cimport PyList_GET_ITEM, PyList_New, PyList_SET_ITEM
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
@@ -86,6 +86,38 @@ cdef object _put_host(object spec, object value):
                                    spec.devices, False)
     except Exception:
         return None
+
+
+# How many launches of executables on several CPU devices may be left running
+# behind the caller (see _pace).
+MAX_CPU_LAUNCHES_AHEAD = 8
+
+# The runtime tokens of the latest such launches, oldest first: one queue for
+# every executable, as the devices' limit is shared.
+cdef object _cpu_launches = deque()
+
+
+cdef inline void _pace(object token):
+    """Keep the caller at most MAX_CPU_LAUNCHES_AHEAD launches ahead of the CPU
+    devices: wait for the oldest launch once there are more.
+
+    XLA's CPU client launches a program on several devices from its own thread
+    pool, one task per device, and a device takes at most 32 computations in
+    flight (max_inflight_computations_per_device): a launch task past that
+    blocks its pool thread until one finishes.  The pool has as many threads
+    as devices, and a program with collectives holds one thread per device in
+    its rendezvous until all have arrived; with one thread blocked in a launch,
+    the rendezvous never completes and XLA aborts the process ("Termination
+    timeout for all reduce ... only 7 of them arrived").  jax.jit does not
+    guard against it (a device-bound jax.jit loop aborts the same way); a
+    caller whose dispatch is fast gets 32 launches ahead easily."""
+    _cpu_launches.append(token)
+    if len(_cpu_launches) > MAX_CPU_LAUNCHES_AHEAD:
+        oldest = _cpu_launches.popleft()
+        try:
+            oldest.block_until_ready()
+        except Exception:
+            pass   # the launch's own outputs carry its error to whoever reads them
 
 
 cdef class Delegate:
@@ -227,6 +259,10 @@ cdef class Executable:
         try:
             if self.with_tokens:
                 outputs = self._execute_with_tokens(buffers)
+            elif self.paced:
+                results = self.execute(buffers, with_tokens=True)
+                _pace(results.consume_token())
+                outputs = _consume(results, self.out_handlers)
             else:
                 outputs = _consume(self.execute(buffers), self.out_handlers)
         except _RuntimeError as error:
@@ -314,6 +350,8 @@ cdef class Executable:
         if self.ordered_effects:
             token_arrays = _consume(results, self.token_handlers, strict=False)
         runtime_token = results.consume_token()
+        if self.paced:
+            _pace(runtime_token)
         output_tokens = tokens.output_runtime_tokens
         for i in range(len(self.devices)):
             output_tokens[self.devices[i]] = runtime_token.get_token(i)
@@ -413,4 +451,5 @@ cdef object make_executable(object compiled, CallSignature signature, list leave
     executable.token_buffer = None
     executable.keepalive = parts.keepalive
     executable.calls_host = parts.calls_host
+    executable.paced = len(parts.devices) > 1 and parts.devices[0].platform == "cpu"
     return executable
