@@ -18,6 +18,9 @@ raw PjRt limit, and checked against the group's reference first:
     --distributed  instead: a data-parallel training step over jax.distributed, in
                    --processes processes (2) of --devices CPU devices (2) on loopback
                    (distributed.py)
+    --programs     instead: the whole programs of tests/programs, stock against
+                   python -m fastdispatch: wall time and time per step (programs.py);
+                   --only names programs, --json and --quick apply
 """
 
 from __future__ import annotations
@@ -80,9 +83,16 @@ def main(argv: list[str] | None = None, prog: str = "fastdispatch bench") -> int
     )
     parser.add_argument("--processes", type=int, default=2, help="with --distributed: processes (2)")
     parser.add_argument("--devices", type=int, default=2, help="with --distributed: CPU devices each (2)")
+    parser.add_argument(
+        "--programs",
+        action="store_true",
+        help="the whole programs of tests/programs instead, stock against python -m fastdispatch",
+    )
     options = parser.parse_args(argv)
     if options.distributed:
         return _run_distributed(options, f"python -m {prog} {shlex.join(argv)}")
+    if options.programs:
+        return _run_programs(options, f"python -m {prog} {shlex.join(argv)}")
     if options.list:
         for name, group in GROUPS.items():
             for w in group.workloads:
@@ -237,6 +247,25 @@ def _run_distributed(options, command: str) -> int:
         f"command: {command}"
     )
     return distributed.main(options.quick, options.processes, options.devices, options.json, header)
+
+
+def _run_programs(options, command: str) -> int:
+    """programs.py: each program in its own processes; this process starts no backend."""
+    from . import programs
+
+    if options.plot or options.distributed:
+        print("--plot and --distributed do not apply to --programs", file=sys.stderr)
+        return 2
+    import jaxlib
+
+    header = (
+        f"fastdispatch bench --programs | jax {jax.__version__}, jaxlib {jaxlib.__version__}, "
+        f"Python {platform.python_version()} | {cpu_model()} ({os.cpu_count()} cores)\n"
+        f"fastdispatch git {_git_commit() or '?'}"
+        + "".join(f", {name} {version}" for name, version in _library_versions().items())
+        + f"\ncommand: {command}"
+    )
+    return programs.main(options.quick, options.only, options.json, header)
 
 
 def _run_pytree_group(quick: bool) -> list[dict]:

@@ -1,0 +1,91 @@
+"""Real programs, written the way each library's documentation writes them, run
+whole: stock (``python prog.py``) and under ``python -m fastdispatch prog.py``
+in subprocesses.  Each must exit 0 and print the same stdout both ways: the
+programs are deterministic (fixed seeds) and print their results rounded.
+
+The programs live beside this file and never import fastdispatch; the bench
+(``python -m fastdispatch bench --programs``) times the same files.  Each run
+pays jax's (and flax's) start-up, so the step counts here are small.
+"""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+
+PROGRAMS = sorted(
+    name[: -len(".py")] for name in os.listdir(HERE) if name.endswith(".py") and not name.startswith("test_")
+)
+STEPS = "100"
+
+
+def run(*argv, timeout=180):
+    """``python *argv`` from the repository root, on CPU, as run_cli in tests/e2e/test_cli.py."""
+    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONDONTWRITEBYTECODE="1")
+    return subprocess.run(
+        [sys.executable, *argv],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def path_of(program):
+    return os.path.relpath(os.path.join(HERE, program + ".py"), REPO)
+
+
+def test_the_suite_has_its_programs():
+    assert set(PROGRAMS) >= {
+        "nnx_cached_partial",
+        "trainstate_numpy",
+        "nnx_array_attributes",
+        "nnx_bn_dropout",
+        "nnx_scan_layers",
+        "nnx_data_parallel",
+        "nnx_fsdp",
+        "equinox_optax",
+        "rl_step_counter",
+        "float_loss_every_step",
+    }
+    for program in PROGRAMS:
+        with open(os.path.join(HERE, program + ".py")) as f:
+            source = f.read()
+        assert "fastdispatch" not in source, f"{program} must run unmodified, without fastdispatch"
+        assert 'if __name__ == "__main__":' in source and "--steps" in source, program
+
+
+@pytest.mark.parametrize("program", PROGRAMS)
+def test_same_output_stock_and_under_fastdispatch(program):
+    stock = run(path_of(program), "--steps", STEPS)
+    assert stock.returncode == 0, f"{program} fails stock:\n{stock.stderr}"
+    assert stock.stdout.strip(), f"{program} printed nothing"
+
+    patched = run("-m", "fastdispatch", path_of(program), "--steps", STEPS)
+    assert patched.returncode == 0, f"{program} fails under python -m fastdispatch:\n{patched.stderr}"
+    assert patched.stdout == stock.stdout, (
+        f"{program}: stdout differs under python -m fastdispatch\n"
+        f"--- stock\n{stock.stdout}--- fastdispatch\n{patched.stdout}"
+    )
+
+
+@pytest.mark.parametrize(
+    "program, step_function",
+    [("trainstate_numpy", "train_step"), ("rl_step_counter", "env_step")],
+)
+def test_trace_reports_the_step_function(program, step_function):
+    result = run("-m", "fastdispatch", "--trace", path_of(program), "--steps", STEPS)
+    assert result.returncode == 0, result.stderr
+    assert "fastdispatch trace:" in result.stderr, result.stderr
+    row = next(
+        (line for line in result.stderr.splitlines() if line.startswith(f"{step_function} (")),
+        None,
+    )
+    assert row is not None, f"no row for {step_function} in the report:\n{result.stderr}"
+    assert f"{path_of(program)}:" in row
+    assert row.split()[2] == STEPS, row  # one call per step
