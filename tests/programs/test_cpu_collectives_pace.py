@@ -24,7 +24,7 @@ import textwrap
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-PROGRAM = '''
+PROGRAM = """
 import jax
 
 jax.config.update("jax_num_cpu_devices", 8)
@@ -95,7 +95,7 @@ def main():
 
 if __name__ == "__main__":
     main()
-'''
+"""
 
 STEPS = "150"
 # A stuck collective aborts after this many seconds instead of XLA's 40.
