@@ -35,6 +35,7 @@ class ArgumentLeaf:
     weak_type: bool
     placement: str = ""  # the sharding of a committed array or key
     numpy: bool = False  # a numpy value (jax.jit converts it)
+    python: str = ""  # the type of a Python scalar: "int", "float"
 
     @property
     def text(self) -> str:
@@ -78,20 +79,20 @@ def _x64(context: tuple) -> bool:
     return bool(dict(zip(_jax.trace_context_names(), context)).get("jax_enable_x64", False))
 
 
-def _leaf_aval(key, x64: bool) -> tuple[str, bool, str, bool]:
-    """(aval text, weak_type, placement, numpy) of one LeafKeyView."""
+def _leaf_aval(key, x64: bool) -> tuple[str, bool, str, bool, str]:
+    """(aval text, weak_type, placement, numpy, Python type) of one LeafKeyView."""
     short = dict(short_dtypes=True)
     if key.kind == "array":
         placement = str(key.sharding) if key.committed else ""
-        return key.aval.str_short(**short), key.aval.weak_type, placement, False
+        return key.aval.str_short(**short), key.aval.weak_type, placement, False, ""
     if key.kind == "key":
         placement = str(key.sharding) if key.committed else ""
-        return _jax.key_aval_text(key.impl, key.aval), False, placement, False
+        return _jax.key_aval_text(key.impl, key.aval), False, placement, False, ""
     if key.kind == "scalar":
         with jax.enable_x64(x64):
             aval = jax.typeof(key.py_type())
-        return aval.str_short(**short), aval.weak_type, "", False
-    return jax.core.ShapedArray(tuple(key.shape), key.dtype).str_short(**short), False, "", True
+        return aval.str_short(**short), aval.weak_type, "", False, key.py_type.__name__
+    return jax.core.ShapedArray(tuple(key.shape), key.dtype).str_short(**short), False, "", True, ""
 
 
 def describe(signature) -> Description:
@@ -99,9 +100,11 @@ def describe(signature) -> Description:
     x64 = _x64(signature.context)
     args = []
     for path, key in zip(signature.leaf_paths(), signature.leaf_keys()):
-        aval, weak_type, placement, numpy = _leaf_aval(key, x64)
+        aval, weak_type, placement, numpy, python = _leaf_aval(key, x64)
         argument, rest = argument_of(path, signature.arg_names)
-        args.append(ArgumentLeaf(path, argument, argument + keystr(rest), aval, weak_type, placement, numpy))
+        args.append(
+            ArgumentLeaf(path, argument, argument + keystr(rest), aval, weak_type, placement, numpy, python)
+        )
     static = tuple((label, repr(value)) for label, value in signature.static_items())
     context = tuple((name, repr(value)) for name, value in zip(_jax.trace_context_names(), signature.context))
     return Description(tuple(args), static, context, signature.treedef, signature.arg_names)
@@ -124,9 +127,14 @@ def explain_change(old: Description, new: Description) -> list[str]:
     before = {leaf.path: leaf for leaf in old.args}
     for leaf in new.args:
         earlier = before.get(leaf.path)
-        if earlier is None or earlier.text == leaf.text:
+        if earlier is None:
             continue
-        if dataclasses.replace(earlier, weak_type=leaf.weak_type) == leaf:
+        if earlier.text == leaf.text:
+            if earlier.python != leaf.python:
+                was, now = (f"a Python {kind}" if kind else "an array" for kind in (earlier.python, leaf.python))
+                changes.append(f"{leaf.label}: {was} -> {now} ({leaf.text})")
+            continue
+        if dataclasses.replace(earlier, weak_type=leaf.weak_type, python=leaf.python) == leaf:
             changes.append(f"{leaf.label}: weak_type changed ({earlier.text} -> {leaf.text})")
         else:
             changes.append(f"{leaf.label}: {earlier.text} -> {leaf.text}")

@@ -409,3 +409,12 @@ def test_assert_max_compiles_does_not_hide_the_blocks_own_error(sinks):
         with tracing.assert_max_compiles(0):
             sinks[-1].record(F, stamps(0), False, 10, None, SIG4)
             raise KeyError("mine")
+
+
+def test_a_python_scalar_that_becomes_an_array_is_named():
+    # TrainState.create sets step=0, a Python int; the first step returns an array.
+    f = fastdispatch.jit(lambda step: step + 1)
+    with fastdispatch.trace() as t:
+        f(f(0))
+    (row,) = [r for r in t.stats().values() if r["compiles"] == 2]
+    assert row["recompiles"][0]["changes"] == ["step: a Python int -> an array (i32[]{weak})"]
