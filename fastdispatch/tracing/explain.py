@@ -131,7 +131,7 @@ def explain_change(old: Description, new: Description) -> list[str]:
             continue
         if earlier.text == leaf.text:
             if earlier.python != leaf.python:
-                was, now = (f"a Python {kind}" if kind else "an array" for kind in (earlier.python, leaf.python))
+                was, now = (_source(earlier), _source(leaf))
                 changes.append(f"{leaf.label}: {was} -> {now} ({leaf.text})")
             continue
         if dataclasses.replace(earlier, weak_type=leaf.weak_type, python=leaf.python) == leaf:
@@ -150,6 +150,10 @@ def explain_change(old: Description, new: Description) -> list[str]:
             "function, or its entry was evicted from the cache)"
         )
     return changes
+
+
+def _source(leaf: ArgumentLeaf) -> str:
+    return f"a Python {leaf.python}" if leaf.python else "an array"
 
 
 def closest_change(earlier, current: Description) -> list[str]:
