@@ -3,10 +3,12 @@
 Groups of workloads, each timed on its implementations side by side with the
 raw PjRt limit, and checked against the group's reference first:
 
-    dispatch   jax.jit (reference), fastdispatch.jit, equinox.filter_jit   (dispatch.py)
+    dispatch   jax.jit (reference), fastdispatch.jit, equinox.filter_jit   (dispatch.py);
+               also one row per fallback reason (fastdispatch hands the call
+               to jax.jit) and flax TrainState steps on numpy batches
     equinox    equinox.filter_jit (reference), fastdispatch.filter_jit      (eqx.py)
     flax       flax.nnx.jit (reference), its tree mode, nnx.cached_partial,
-               fastdispatch.nnx.jit                                         (nnx.py)
+               fastdispatch.nnx.jit, and it through nnx.cached_partial      (nnx.py)
     pytree     fastdispatch._pytree against jax.tree_util                   (pytree.py)
 
 ``runner.py`` checks and times, ``report.py`` prints and writes.  Options::
@@ -96,7 +98,7 @@ def main(argv: list[str] | None = None, prog: str = "fastdispatch bench") -> int
     if options.list:
         for name, group in GROUPS.items():
             for w in group.workloads:
-                print(f"{w.name:<22} {w.title}  [{name}]")
+                print(f"{w.name:<27} {w.title}  [{name}]")
         print("groups: " + ", ".join([*GROUPS, PYTREE]))
         return 0
     try:

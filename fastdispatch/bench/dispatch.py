@@ -4,6 +4,15 @@ on plain functions), on calls whose per-call overhead the benchmark times.
 Array sizes are tiny on purpose: the point is dispatch, not compute.  A workload
 with ``given`` functions (device_put) times those as they are, instead of
 wrapping ``fun``.
+
+The ``fallback_*`` rows (and ``numpy_args``, ``step_counter``) time calls that
+fastdispatch hands to jax.jit, one row per reason (docs/tracing.md, "Fallbacks"):
+their ``hand_off`` names it, the report checks that fastdispatch.trace counts it,
+and the summary holds each to at most 1 us above jax.jit instead of the ratio
+targets.  The error rows' calls raise: each loop catches the error, and
+fastdispatch must raise jax.jit's (type and message).  The ``trainstate_*`` rows
+are flax's TrainState (linen) training step on numpy batches (skipped without
+flax).
 """
 
 from __future__ import annotations
@@ -20,7 +29,7 @@ import numpy as np
 from jax.experimental import io_callback
 
 from .runner import FASTDISPATCH, RAW, Impl
-from .workload import Workload, block_every_call, same_args_then_barrier
+from .workload import Workload, block_every_call, catching, same_args_then_barrier
 
 JAX, EQUINOX = "jax.jit", "equinox"
 
@@ -260,6 +269,271 @@ def _device_put_functions():
     return functions
 
 
+# --- hand-offs to jax.jit, one row per reason ---------------------------------------
+# Few leaves beside each numpy or new scalar leaf: jax.jit converts them faster.
+
+FEW_LAYERS = 2  # 4 arrays: under 12 per numpy leaf, under 16 per scalar
+
+
+def forward(params, x):
+    for layer in params.values():
+        x = jnp.tanh(x @ layer["w"] + layer["b"])
+    return x
+
+
+def _numpy_tree_args():
+    return (make_params(0.5, FEW_LAYERS), np.full((4, 8), 0.1, np.float32)), {}
+
+
+def decay_params(params, step):
+    return jax.tree_util.tree_map(lambda p: p * 0.99**step, params)
+
+
+def params_step_counter(fn, args, kwargs, n):
+    params, step = args
+    for _ in range(n):
+        out = fn(params, step)
+        step += 1
+    return (params, step), out
+
+
+def _batched_args():
+    return (jnp.ones((4, 4), jnp.float32), jnp.full((4, 4), 2.0, jnp.float32)), {}
+
+
+def under_vmap(fn, args, kwargs, n):
+    """Each call inside jax.vmap of a new lambda: the jitted function sees tracers."""
+    for _ in range(n):
+        out = jax.vmap(lambda x, y: fn(x, y))(*args)
+    return args, out
+
+
+def jit_disabled(fn, args, kwargs, n):
+    """The n calls inside one `with jax.disable_jit():`."""
+    with jax.disable_jit():
+        for _ in range(n):
+            out = fn(*args, **kwargs)
+    return args, out
+
+
+def tagged(x, tag):
+    return x
+
+
+def sized(x, sizes):
+    return x * len(sizes)
+
+
+# Enough arrays per scalar that fastdispatch converts a new value itself (16 or more):
+# 2**40 does not fit the entry's int32, and jax.jit raises its OverflowError.
+CONVERSION_LAYERS = 10
+TOO_LARGE = 2**40
+
+
+def _conversion_args():
+    return (make_params(0.5, CONVERSION_LAYERS), 0), {}
+
+
+def too_large_step(fn, args, kwargs, n):
+    """Compiled (and checked) on step 0, then called with a step too large for int32."""
+    params, _ = args
+    return args, catching(fn, (params, TOO_LARGE), kwargs, n)[1]
+
+
+_NO_EQX_ERROR = "filter_jit makes non-array arguments static: no error"
+_FALLBACK_NOTE = "fastdispatch hands every call to jax.jit"
+
+
+def _fallback(name: str, title: str, fun: Callable, make_args: Callable, reason: str, note: str, **options):
+    return Workload(
+        name, title, fun, make_args, hand_off=reason, note=f"{reason!r}: {note}; {_FALLBACK_NOTE}", **options
+    )
+
+
+FALLBACKS = [
+    _fallback(
+        "fallback_numpy_tree",
+        "numpy batch beside a 4-array param dict",
+        forward,
+        _numpy_tree_args,
+        "numpy arguments",
+        "forward(params, x): 4 arrays and a numpy f32[4,8]; raw limit has x already on the device",
+    ),
+    _fallback(
+        "fallback_new_scalar_tree",
+        "4-array param dict and a Python int step counter",
+        decay_params,
+        lambda: ((make_params(1.0, FEW_LAYERS), 0), {}),
+        "new scalar value",
+        "decay_params(params, step) with step += 1 every call; raw limit runs step 0 every time",
+        loop=params_step_counter,
+        skip={EQUINOX: "filter_jit makes step: int static: a compile every call"},
+    ),
+    _fallback(
+        "fallback_tracer",
+        "called inside jax.vmap",
+        add,
+        _batched_args,
+        "tracer",
+        "jax.vmap(lambda x, y: f(x, y))(xs, ys) on f32[4,4] each call: both pay vmap's trace; "
+        "raw limit runs f on the batched arrays",
+        loop=under_vmap,
+    ),
+    _fallback(
+        "fallback_disable_jit",
+        "two arrays under jax.disable_jit()",
+        add,
+        _two_arrays,
+        "disable_jit",
+        "the loop's n calls inside one `with jax.disable_jit():`, so jax runs f op by op",
+        loop=jit_disabled,
+    ),
+    _fallback(
+        "fallback_unsupported_leaf",
+        "a str argument (raises)",
+        tagged,
+        lambda: ((_vec(1.0), "tag"), {}),
+        "unsupported_leaf",
+        "tagged(x, 'tag'): jax.jit's TypeError, caught every call",
+        loop=catching,
+        raises=True,
+        skip={EQUINOX: _NO_EQX_ERROR},
+    ),
+    _fallback(
+        "fallback_static_error",
+        "an unhashable static argument (raises)",
+        sized,
+        lambda: ((_vec(1.0), [1, 2]), {}),
+        "static_argument_error",
+        "sized(x, [1, 2]) with static_argnums=1: jax.jit's ValueError, caught every call",
+        loop=catching,
+        raises=True,
+        jit_options={"static_argnums": 1},
+        skip={EQUINOX: _NO_EQX_ERROR},
+    ),
+    _fallback(
+        "fallback_scalar_conversion",
+        "a Python int too large for int32 (raises)",
+        decay_params,
+        _conversion_args,
+        "scalar_conversion",
+        f"decay_params(params, step) on {2 * CONVERSION_LAYERS} arrays, compiled for step 0, "
+        f"then called with step 2**40: jax.jit's OverflowError, caught every call",
+        loop=too_large_step,
+        raises=True,
+        skip={EQUINOX: "filter_jit makes step: int static: a compile every call, no error"},
+    ),
+]
+
+
+# --- flax's TrainState (linen) on numpy batches -----------------------------------
+
+CLASSES = 32
+TRAINSTATE_BATCHES = 4
+
+
+@functools.cache
+def _trainstate_parts():
+    """The linen MLP, its initial params and the optax transformation, made once:
+    a new module or transformation is a new static field of the state, and a compile."""
+    import flax.linen as nn
+    import optax
+
+    class MLP(nn.Module):
+        @nn.compact
+        def __call__(self, x):
+            x = x.reshape(x.shape[0], -1).astype(jnp.float32)
+            return nn.Dense(CLASSES)(jax.nn.relu(nn.Dense(32)(x)))
+
+    model = MLP()
+    params = model.init(jax.random.key(0), jnp.zeros((16, 32), jnp.float32))["params"]
+    return model, params, optax.adam(1e-3)
+
+
+def trainstate_step(state, x, y):
+    import optax
+
+    def loss_fn(params):
+        logits = state.apply_fn({"params": params}, x)
+        return optax.softmax_cross_entropy_with_integer_labels(logits, y).mean()
+
+    loss, grads = jax.value_and_grad(loss_fn)(state.params)
+    return state.apply_gradients(grads=grads), loss
+
+
+@functools.cache
+def _trainstate_batches(kind: str):
+    rng = np.random.default_rng(0)
+    batches = []
+    for _ in range(TRAINSTATE_BATCHES):
+        if kind == "u8":
+            x = rng.integers(0, 256, (16, 4, 8), dtype=np.uint8)
+        else:
+            x = rng.standard_normal((16, 32)).astype(np.float32 if kind == "f32" else np.float64)
+        y = rng.integers(0, CLASSES, 16).astype(np.int32 if kind == "f32" else np.int64)
+        batches.append((x, y))
+    return tuple(batches)
+
+
+def _trainstate_args(kind: str):
+    from flax.training import train_state
+
+    model, params, tx = _trainstate_parts()
+    state = train_state.TrainState.create(apply_fn=model.apply, params=params, tx=tx)
+    x, y = _trainstate_batches(kind)[0]
+    return (state, x, y), {}
+
+
+def trainstate_batches(kind: str):
+    def loop(fn, args, kwargs, n):
+        state, x, y = args
+        for x, y in itertools.islice(itertools.cycle(_trainstate_batches(kind)), n):
+            state, loss = out = fn(state, x, y)
+        return (state, x, y), out
+
+    loop.__name__ = f"trainstate_batches_{kind}"
+    return loop
+
+
+def _trainstate(kind: str, batch: str) -> Workload:
+    return Workload(
+        f"trainstate_np_{kind}",
+        f"flax TrainState step, numpy {batch}",
+        trainstate_step,
+        functools.partial(_trainstate_args, kind),
+        loop=trainstate_batches(kind),
+        needs=("flax", "optax"),
+        # ~14 arrays in the state beside 2 numpy leaves: jax.jit converts them faster.
+        hand_off="numpy arguments",
+        skip={EQUINOX: "filter_jit makes TrainState.create's step=0 static: its step stays an int"},
+        note=f"train_step(state, x, y): linen Dense 32, relu, Dense {CLASSES}, TrainState.create(..., "
+        f"tx=optax.adam(1e-3)), cross-entropy on integer labels, state fed back; x, y: numpy {batch}, "
+        f"{TRAINSTATE_BATCHES} batches in turn; raw limit runs the first state and batch every time",
+    )
+
+
+TRAINSTATE = [
+    _trainstate("f32", "f32[16,32] + int32[16]"),
+    _trainstate("f64", "f64[16,32] + int64[16]"),
+    _trainstate("u8", "uint8[16,4,8] (cast inside) + int64[16]"),
+]
+
+
+# --- keyword arguments: two dense layers' weights and biases as lists ------------
+
+
+def dense_layers(x, n, w, b, mode):
+    for weight, bias in zip(w, b):
+        x = jnp.tanh(x @ weight + bias)
+    return x * n if mode == "train" else x
+
+
+def _kwargs_dense_args():
+    w = [jnp.full((8, 8), 0.1, jnp.float32), jnp.full((8, 8), 0.2, jnp.float32)]
+    b = [jnp.zeros((8,), jnp.float32), jnp.full((8,), 0.5, jnp.float32)]
+    return (jnp.ones((4, 8), jnp.float32), 2), {"w": w, "b": b, "mode": "train"}
+
+
 def _effect_step(name: str, title: str, fun: Callable, note: str, **options) -> Workload:
     """A step with effects on one small array; each loop waits for them (jax.effects_barrier)."""
     return Workload(
@@ -329,7 +603,8 @@ WORKLOADS = [
         "two numpy arrays",
         add,
         lambda: ((np.ones(4, np.float32), np.full(4, 2.0, np.float32)), {}),
-        note="raw limit has the arguments already on the device",
+        hand_off="numpy arguments",
+        note=f"'numpy arguments': {_FALLBACK_NOTE}; raw limit has the arguments already on the device",
     ),
     Workload(
         "positional_200", "200 positional arrays", total, lambda: (tuple(_vec(i) for i in range(200)), {})
@@ -371,7 +646,9 @@ WORKLOADS = [
         lambda: ((_vec(1.0), 0), {}),
         loop=step_counter,
         skip={EQUINOX: "filter_jit makes step: int static: a compile every call"},
-        note="decay(x, step) with step += 1 every call; raw limit runs step 0 every time",
+        hand_off="new scalar value",
+        note=f"'new scalar value': {_FALLBACK_NOTE}; decay(x, step) with step += 1 every call; "
+        "raw limit runs step 0 every time",
     ),
     Workload(
         "numpy_batch",
@@ -437,5 +714,15 @@ WORKLOADS = [
         traced=True,
         skip={EQUINOX: "not traced"},
         note="fastdispatch runs under `with fastdispatch.trace():`; not in the summary",
+    ),
+    *FALLBACKS,
+    *TRAINSTATE,
+    Workload(
+        "kwargs_dense",
+        "two dense layers' lists as keyword args",
+        dense_layers,
+        _kwargs_dense_args,
+        jit_options={"static_argnums": (1,), "static_argnames": ("mode",)},
+        note="f(x, 2, w=[w1, w2], b=[b1, b2], mode='train'), static_argnums=(1,), static_argnames=('mode',)",
     ),
 ]

@@ -1,11 +1,15 @@
 """The flax NNX group: flax.nnx.jit (graph mode, the reference) against its tree
-mode, nnx.cached_partial and fastdispatch.nnx.jit.
+mode, nnx.cached_partial, fastdispatch.nnx.jit, and fastdispatch.nnx.jit through
+nnx.cached_partial ("fd cached_partial": ``nnx.cached_partial(fastdispatch.nnx.jit(step),
+model, optimizer)``, as a user of cached_partial would switch).
 
 Training steps as NNX users write them: an MLP with an Adam optimizer, a model
-with BatchNorm and Dropout, a 20-layer model.  Every implementation trains its
-own fresh model and optimizer, updated in place call after call; the outputs
-(the losses) are checked against flax's before timing.  The raw limit runs the
-very executable flax's jax.jit compiled, on split arguments prepared once.
+with BatchNorm and Dropout, a 20-layer model, a model that keeps raw jax arrays
+as attributes (a step count and a running mean, updated in ``__call__``).  Every
+implementation trains its own fresh model and optimizer, updated in place call
+after call; the outputs (the losses) are checked against flax's before timing.
+The raw limit runs the very executable flax's jax.jit compiled, on split
+arguments prepared once.
 """
 
 from __future__ import annotations
@@ -18,10 +22,12 @@ from .runner import FASTDISPATCH, Impl
 from .workload import Workload
 
 NNX, TREE, CACHED = "nnx.jit", "nnx.jit(graph=False)", "nnx.cached_partial"
+FD_CACHED = "fd cached_partial"
 
 
 def implementations() -> list[Impl]:
-    """flax.nnx.jit (the reference), its tree mode, cached_partial, fastdispatch.nnx.jit."""
+    """flax.nnx.jit (the reference), its tree mode, cached_partial, fastdispatch.nnx.jit,
+    and fastdispatch.nnx.jit through cached_partial."""
     try:
         from flax import nnx
     except ImportError:
@@ -33,6 +39,7 @@ def implementations() -> list[Impl]:
         Impl(TREE, lambda w: nnx.jit(w.fun, graph=False)),
         Impl(CACHED, lambda w: _CachedPartial(nnx.jit(w.fun))),
         Impl(FASTDISPATCH, lambda w: fastdispatch_nnx.jit(w.fun)),
+        Impl(FD_CACHED, lambda w: _CachedPartial(fastdispatch_nnx.jit(w.fun))),
     ]
 
 
@@ -137,6 +144,25 @@ def _deep(rngs):
     return _once(Deep)(rngs)
 
 
+def _array_attributes(rngs):
+    from flax import nnx
+
+    class ArrayAttributes(nnx.Module):
+        def __init__(self, rngs):
+            self.l1 = nnx.Linear(8, 32, rngs=rngs)
+            self.l2 = nnx.Linear(32, 1, rngs=rngs)
+            self.count = jnp.zeros((), jnp.int32)  # raw jax arrays, no Variable
+            self.mean = jnp.zeros((32,), jnp.float32)
+
+        def __call__(self, x):
+            h = jax.nn.relu(self.l1(x))
+            self.count += 1
+            self.mean = self.mean + (jnp.mean(h, axis=0) - self.mean) / self.count
+            return self.l2(h - self.mean)
+
+    return _once(ArrayAttributes)(rngs)
+
+
 _classes = {}
 
 
@@ -169,5 +195,15 @@ WORKLOADS = [
         train_step,
         lambda: _model_args(_deep),
         raw=_raw,
+    ),
+    Workload(
+        "array_attributes",
+        "jax arrays as module attributes, training step",
+        train_step,
+        lambda: _model_args(_array_attributes),
+        raw=_raw,
+        note="the MLP with self.count (int32[]) and self.mean (f32[32]), raw jax arrays updated "
+        "in __call__ (count += 1, running mean of the hidden layer, subtracted from it), "
+        "so the loss depends on their updates",
     ),
 ]

@@ -6,7 +6,8 @@ Fairness rules, all here:
   one compiled executable;
 - each output is checked against the reference's (tree, shape, dtype, weak_type,
   sharding, values; other leaves by equality) before any timing; an
-  implementation that differs is not timed;
+  implementation that differs is not timed; on a raising workload, the error
+  (its type and message) is the output;
 - warm-up calls run before timing; gc is off inside timed loops; time.perf_counter_ns;
 - implementations are interleaved within each repeat (the starting one rotates),
   so that machine noise hits them alike, and ratios are medians over the paired
@@ -19,6 +20,7 @@ import collections
 import contextlib
 import dataclasses
 import gc
+import importlib.util
 import statistics
 import time
 from collections.abc import Callable
@@ -27,7 +29,7 @@ import jax
 import numpy as np
 
 from .raw import raw_runner
-from .workload import Workload, quiet_stdout
+from .workload import Raised, Workload, quiet_stdout, raised
 
 # Every group names its own implementation "fastdispatch", and the raw limit "raw".
 FASTDISPATCH, RAW = "fastdispatch", "raw"
@@ -88,6 +90,10 @@ def run_workload(w: Workload, impls: list[Impl], repeats: int, target_s: float) 
     if reference.unavailable:
         result.error = f"{reference.name} {reference.unavailable}"
         return result
+    missing = [name for name in w.needs if importlib.util.find_spec(name) is None]
+    if missing:
+        result.error = f"needs {', '.join(missing)}: not installed"
+        return result
     with quiet_stdout() if w.quiet else contextlib.nullcontext():
         _run_checked(w, impls, repeats, target_s, result)
     return result
@@ -101,6 +107,9 @@ def _run_checked(w: Workload, impls: list[Impl], repeats: int, target_s: float, 
         expected = _outputs(w, reference_fn)
     except Exception as e:
         result.error = f"{reference.name} {_raised(e)}"
+        return
+    if w.raises and not isinstance(expected[1], Raised):
+        result.error = f"{reference.name} did not raise: a raising workload times errors"
         return
 
     loops = {reference.name: _bind(w, reference_fn)}
@@ -126,10 +135,12 @@ def _run_checked(w: Workload, impls: list[Impl], repeats: int, target_s: float, 
             loops[impl.name] = _bind(w, fn, context)
             if impl.name == FASTDISPATCH and not w.traced:
                 result.fallbacks = _fallbacks(w, fn)
+    why = "the calls raise: no executable runs" if w.raises else ""
     try:
-        run, skip = (given[RAW], 0) if given is not None else (w.raw or jit_raw_runner)(w)
-        raw_outputs = run()[skip:]
-        why = _difference(_array_leaves(expected[0]), raw_outputs, reference.name, flat=True)
+        if not why:
+            run, skip = (given[RAW], 0) if given is not None else (w.raw or jit_raw_runner)(w)
+            raw_outputs = run()[skip:]
+            why = _difference(_array_leaves(expected[0]), raw_outputs, reference.name, flat=True)
     except Exception as e:
         why = _raised(e)
     if why:
@@ -156,7 +167,7 @@ def _outputs(w: Workload, fn: Callable, context: Callable | None = None) -> tupl
     (donated arguments are consumed by a call)."""
     with (context or contextlib.nullcontext)():
         args, kwargs = w.make_args()
-        first = fn(*args, **kwargs)
+        first = raised(fn, args, kwargs) if w.raises else fn(*args, **kwargs)
         args, kwargs = w.make_args()
         last = w.loop(fn, args, kwargs, FED_BACK_CALLS)[1]
     return first, last

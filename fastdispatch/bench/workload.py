@@ -2,7 +2,9 @@
 fresh arguments and a loop that calls an implementation's version of it ``n``
 times.  Loops only dispatch (the runner blocks once on the last output) unless
 the workload is a blocking one; feedback loops pass outputs back in as the next
-call's inputs, as a training loop does.
+call's inputs, as a training loop does.  A raising workload's calls raise: its
+loop catches each error and its output is the last one, as ``Raised``, which
+the runner compares with the reference's (type and message).
 """
 
 from __future__ import annotations
@@ -44,6 +46,43 @@ def block_every_call(fn, args, kwargs, n):
 
 
 @dataclasses.dataclass(frozen=True)
+class Raised:
+    """What a call raised, as the runner compares it: the exception's type and message."""
+
+    type: str
+    message: str
+
+    @classmethod
+    def of(cls, error: BaseException) -> Raised:
+        return cls(type(error).__name__, str(error))
+
+
+def raised(fn, args, kwargs):
+    """fn's output, or the Raised of its error."""
+    try:
+        return fn(*args, **kwargs)
+    except Exception as e:
+        return Raised.of(e)
+
+
+def catching(fn, args, kwargs, n):
+    """The same arguments every call, each call's error caught; the output is the
+    last call's Raised (or its output, where it did not raise)."""
+    error = None
+    for _ in range(n):
+        try:
+            out = fn(*args, **kwargs)
+        except Exception as e:
+            error = e
+        else:
+            error = None
+    if error is not None:
+        out = Raised.of(error)
+        del error  # its traceback holds this frame
+    return args, out
+
+
+@dataclasses.dataclass(frozen=True)
 class Workload:
     name: str  # id for --only
     title: str  # row label
@@ -65,6 +104,14 @@ class Workload:
     # {implementation name: callable}; the raw entry is a zero-argument callable
     # returning the flat outputs.  None: each implementation wraps `fun`.
     given: Callable[[], dict[str, Callable]] | None = None
+    # The calls raise (each loop catches every error): implementations are checked
+    # to raise the reference's error, type and message; no raw limit.
+    raises: bool = False
+    # The fallback reason fastdispatch hands this row's calls to jax.jit for: the report
+    # says where fastdispatch.trace counts another, and the summary holds the row to
+    # FALLBACK_TARGET_US above jax.jit rather than to the ratio targets.
+    hand_off: str = ""
+    needs: tuple[str, ...] = ()  # modules the workload imports: without one, the row says so
 
     @property
     def blocking(self) -> bool:

@@ -1,5 +1,6 @@
 """Smoke tests of the benchmark harness: it runs, checks outputs, reports; no timing asserted."""
 
+import dataclasses
 import json
 
 import jax
@@ -48,11 +49,57 @@ def test_equinox_rows_run_against_equinox_and_its_executable():
 def test_nnx_rows_run_against_flax_and_its_executable():
     result = tiny_run("nnx_mlp_adam", nnx.implementations())
     assert not result.error and result.reference == nnx.NNX
-    for name in (nnx.TREE, nnx.CACHED, FASTDISPATCH, RAW):
+    for name in (nnx.TREE, nnx.CACHED, FASTDISPATCH, nnx.FD_CACHED, RAW):
         assert len(result.samples[name]) == 2, result.skipped
     # Fresh objects: one call on a graph no record proves yet, then the fast path.
     assert result.fallbacks == {"new graph": 1}
     assert [item["name"] for item in report.nnx_summary([result])][0] == "fd/nnx.jit, MLP + Adam step"
+
+
+def test_array_attributes_row_checks_their_updates():
+    result = tiny_run("array_attributes", nnx.implementations())
+    assert not result.error
+    assert {nnx.NNX, FASTDISPATCH, RAW} <= set(result.samples), result.skipped
+    # Tree mode leaves raw array attributes as they were: its losses differ.
+    assert "values differ" in result.skipped[nnx.TREE]
+
+
+def test_fallback_rows_hand_off_for_their_reason():
+    impls = dispatch.implementations()
+    results = [tiny_run(name, impls) for name in ("fallback_numpy_tree", "fallback_scalar_conversion")]
+    for result in results:
+        assert not result.error
+        assert {dispatch.JAX, FASTDISPATCH} <= set(result.samples), result.skipped
+        assert result.workload.hand_off in result.fallbacks
+    assert RAW in results[0].samples and "calls raise" in results[1].skipped[RAW]
+    items = report.dispatch_summary(results)
+    assert "geomean" in items[0]["name"] and items[0]["value"] is None  # hand-offs are not in it
+    assert [item["target"] for item in items[2:]] == [report.FALLBACK_TARGET_US] * 2
+    table = report.format_table(results, [impl.name for impl in impls])
+    assert "EXPECTED" not in table
+
+
+def test_raising_row_compares_errors():
+    def no_static(w):
+        return jax.jit(w.fun)  # the list is traced, not hashed: no error
+
+    result = tiny_run("fallback_static_error", [dispatch.implementations()[0], Impl(FASTDISPATCH, no_static)])
+    assert not result.error and dispatch.JAX in result.samples
+    assert "Raised(type='ValueError'" in result.skipped[FASTDISPATCH]
+
+
+def test_a_row_whose_library_is_missing_says_so():
+    w = dataclasses.replace(WORKLOAD["two_arrays"], needs=("no_such_module_here",))
+    result = run_workload(w, dispatch.implementations(), repeats=2, target_s=0.001)
+    assert result.error == "needs no_such_module_here: not installed"
+
+
+def test_trainstate_row_on_numpy_batches():
+    pytest.importorskip("flax")
+    result = tiny_run("trainstate_np_u8", dispatch.implementations())
+    assert not result.error
+    assert {dispatch.JAX, FASTDISPATCH, RAW} <= set(result.samples), result.skipped
+    assert result.fallbacks == {"numpy arguments": 3}
 
 
 def test_device_put_row_times_given_functions():
