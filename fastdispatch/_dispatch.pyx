@@ -512,7 +512,13 @@ cdef class CompiledFunction:
         context = _trace_context()
         if not trace_state_clean():
             return self._fallback(call, "tracer", times, None)
-        if leaves is not None and previous.signature.same_context(context):
+        if previous is not None and not previous.signature.same_context(context):
+            # jax's settings changed since the previous call: one jax.jit
+            # itself runs (disable_jit, say) goes to it before flattening.
+            reason = _slow_path_reason()
+            if reason is not None:
+                return self._fallback(call, reason, times, None)
+        elif leaves is not None:
             return self._run(previous.entry, leaves, call, times)
         return self._general(call, context, times)
 

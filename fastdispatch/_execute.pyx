@@ -167,6 +167,13 @@ cdef object _scalar_bits(object value):
     return None
 
 
+cdef inline bint _fits(object value, Py_ssize_t itemsize):
+    """A Python int within the range of the signed int of ``itemsize`` bytes
+    jax gives it (int32, or int64 with x64)."""
+    cdef object bound = (<object>1) << (8 * itemsize - 1)
+    return -bound <= value < bound
+
+
 def _identity(arrays):
     # An ordered effect's token handler: its per-device arrays, as they come.
     return arrays
@@ -304,6 +311,8 @@ cdef class Executable:
         caller's object, so that no argument outlives its call."""
         cdef dict kept = <dict>PyTuple_GET_ITEM(self.scalar_buffers, input)
         bits = _scalar_bits(value)
+        if type(value) is int and not _fits(value, self.host_inputs[input].aval.dtype.itemsize):
+            return _NO_CONVERSION   # jax raises its OverflowError; no transfer tried
         if reuse and bits is not None:
             found = kept.get(bits)
             if found is not None:

@@ -64,10 +64,13 @@ cdef class NnxJitFunction:
     cdef tuple records                  # Record, most recently used first
     cdef str _span_name                 # its calls' span under jax.profiler
     # A call whose graph no record can serve (why not: `refusal`) leaves its
-    # arguments' identities (`refused`, see _arguments_key): calls on the same
-    # arguments go to flax without trying again to record, but every 64th.
+    # arguments' identities (`refused`, see _arguments_key).  Once the next
+    # call on them is refused alike (`refusal_repeated`: a first call may
+    # change what it is given, and the second then records), calls on the
+    # same arguments go to flax without trying again to record, but every 64th.
     cdef tuple refused
     cdef str refusal
+    cdef bint refusal_repeated
     cdef unsigned int refusals
     cdef dict __dict__
     cdef object __weakref__

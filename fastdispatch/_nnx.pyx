@@ -407,7 +407,8 @@ cdef class NnxJitFunction:
                 self.records = (record,) + records[:i] + records[i + 1:]
             return self._run(record, args, kwargs, inputs, times)
         _graph_context.tmp_static_cache = static_cache
-        if holding is None and self.refused is not None and self.refused == _arguments_key(args, kwargs):
+        if (holding is None and self.refusal_repeated
+                and self.refused == _arguments_key(args, kwargs)):
             # flax's call, as the last one on these arguments was, without
             # the attempt to record it (a trace of its outputs, its graph
             # walked twice: costlier than flax's call itself).
@@ -447,9 +448,11 @@ cdef class NnxJitFunction:
             raise
         if record is not None:
             self.records = ((record,) + self.records)[:MAX_RECORDS]
-            self.refused = None
+            self.refused, self.refusal_repeated = None, False
         else:
-            self.refused, self.refusal, self.refusals = _arguments_key(args, kwargs), refusal, 0
+            key = _arguments_key(args, kwargs)
+            self.refusal_repeated = self.refused == key and self.refusal == refusal
+            self.refused, self.refusal, self.refusals = key, refusal, 0
         if times.watch:
             reached(times, AT_END, None)
             signature = (<Record>record).entry.signature if record is not None else None
@@ -470,7 +473,7 @@ cdef class NnxJitFunction:
     def clear_cache(self):
         """Forget the records and executables (flax's jit keeps its own traces)."""
         self.records = ()
-        self.refused = None
+        self.refused, self.refusal_repeated = None, False
         self.entries.clear()
 
     def _cache_size(self):

@@ -329,8 +329,8 @@ def _guards(roots):
     guards, seen = [], set()
 
     def visit(x):
-        if id(x) in seen:
-            return
+        if x is None or id(x) in seen:
+            return  # None: no children (jax's empty node); its parent's guard holds it
         if isinstance(x, _Variable):
             seen.add(id(x))
             _check_variable(x)

@@ -273,6 +273,7 @@ def test_a_graph_no_record_serves_goes_to_flax_without_retrying_each_call(sink, 
     jitted, flax_jitted = fnnx.jit(forward), nnx.jit(forward)
     for _ in range(130):
         np.testing.assert_array_equal(jitted(model, X), flax_jitted(reference, X))
-    # Tried on the first call, then again every 64th only.
-    assert len(attempts) == 3
-    assert outcomes(sink)[:2] == ["new graph", "an array inside a container of the graph"]
+    # Tried on the first two calls (a first call may change what it is
+    # given), then again every 64th only.
+    assert len(attempts) == 4
+    assert outcomes(sink)[:3] == ["new graph", "new graph", "an array inside a container of the graph"]
