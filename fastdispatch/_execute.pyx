@@ -43,12 +43,14 @@ NEW_SCALAR_REASON = sys.intern("new scalar value")
 
 # Converting host data ourselves (jaxlib batched_device_put, ~2.3 us: most of it
 # building the Python jax Array) costs more than jax.jit's C++ conversion
-# (~1 us a numpy array or Python scalar, no Python object built); our dispatch
-# saves ~0.1 to 0.35 us per array leaf.  Measured with k arrays and one numpy
-# array or new Python int (docs/performance.md), converting here beats handing
-# the call to jax.jit from about 6 array leaves on: an entry converts host data
-# itself only with at least that many other leaves per host leaf.
-HOST_BREAK_EVEN_LEAVES = 12
+# (~1 us a numpy array or Python scalar, no Python object built), and a dtype
+# jax casts costs its cast once more (~1.5 us); our dispatch saves ~0.1 to 0.35
+# us per array leaf, the most in trees of dicts.  A hand-off costs ~0.1 us (it
+# is decided before flattening), so an entry converts host data itself only
+# beside at least HOST_BREAK_EVEN_LEAVES array leaves per numpy leaf (twice that
+# per leaf it casts) and NEW_SCALAR_BREAK_EVEN_LEAVES per new scalar value:
+# measured on TrainState steps and param dicts (docs/performance.md).
+HOST_BREAK_EVEN_LEAVES = 8
 NEW_SCALAR_BREAK_EVEN_LEAVES = 16
 
 cdef str _KEY_BUFFER = sys.intern(_jax.KEY_BUFFER_ATTR)
@@ -388,7 +390,7 @@ cdef object make_executable(object compiled, CallSignature signature, list leave
     if isinstance(parts, str):
         return parts
     cdef Py_ssize_t j, index, n = len(parts.kept)
-    cdef Py_ssize_t num_scalars = 0, num_host = 0
+    cdef Py_ssize_t num_scalars = 0, num_host = 0, num_cast = 0
     cdef LeafKey* key
     host_inputs = []
     for j in range(n):
@@ -411,6 +413,7 @@ cdef object make_executable(object compiled, CallSignature signature, list leave
             if isinstance(devices, str):
                 return devices
             cast = key.kind == LEAF_HOST and leaves[index].dtype != parts.in_avals[j].dtype
+            num_cast += cast
             host_inputs.append(HostInput(parts.in_avals[j], expected, list(devices), cast))
             continue
         host_inputs.append(None)
@@ -420,7 +423,7 @@ cdef object make_executable(object compiled, CallSignature signature, list leave
                 actual == expected or actual.is_equivalent_to(expected, leaf.ndim)):
             return "argument must be resharded"
     cdef Py_ssize_t num_other = n - num_host - num_scalars
-    if jax_is_fallback and num_host and num_other < HOST_BREAK_EVEN_LEAVES * num_host:
+    if jax_is_fallback and num_host and num_other < HOST_BREAK_EVEN_LEAVES * (num_host + num_cast):
         return HOST_DATA_REASON
 
     cdef Executable executable = Executable.__new__(Executable)

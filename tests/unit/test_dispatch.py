@@ -99,14 +99,16 @@ def test_numpy_arguments_beside_many_arrays_are_converted_here(sink):
         out = f(params, np.full(3, i, np.float32))
         np.testing.assert_array_equal(out[1], np.full(3, i))
     assert reasons(sink) == [None] * 3 and [e.is_fast for e in f._cache_entries()] == [True]
-    # Fewer arrays per numpy argument, or a function that donates: jax.jit
-    # converts them.
+    # Fewer arrays per numpy argument (twice as many for a dtype jax casts),
+    # or a function that donates: jax.jit converts them.
     sink.calls.clear()
     few = fastdispatch.jit(wide)
     few(params[: _execute.HOST_BREAK_EVEN_LEAVES - 1], np.ones(3, np.float32))
+    cast = fastdispatch.jit(wide)
+    cast(params[: _execute.HOST_BREAK_EVEN_LEAVES + 1], np.ones(3, np.float64))
     donating = fastdispatch.jit(lambda ps, v: [p + v for p in ps], donate_argnums=0)
     donating([jnp.ones(3) for _ in params], np.ones(3, np.float32))
-    assert reasons(sink) == ["numpy arguments"] * 2
+    assert reasons(sink) == ["numpy arguments"] * 3
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.int64, np.uint64, np.complex128, np.uint8, np.bool_])
