@@ -37,7 +37,7 @@ from fastdispatch._dispatch cimport (
 from fastdispatch._execute cimport Delegate, Executable, make_executable
 from fastdispatch._pytree cimport TreeDef, flatten_into
 from fastdispatch._signature cimport (
-    CallSignature, LeafKind, LEAF_ARRAY, LEAF_KEY, LEAF_SCALAR, LEAF_TRACER, LEAF_OTHER,
+    CallSignature, LeafKind, LEAF_ARRAY, LEAF_HOST, LEAF_KEY, LEAF_SCALAR, LEAF_TRACER, LEAF_OTHER,
     classify_leaf, make_signature)
 from fastdispatch._cache import default_cache
 from fastdispatch._dispatch import jax_function as _dispatch_jax_function
@@ -335,14 +335,16 @@ cdef class FilterDispatcher:
                 first_dynamic = PyList_GET_SIZE(dynamic)
             leaf = <object>PyList_GET_ITEM(leaves, i)
             kind = classify_leaf(leaf)
-            if kind == LEAF_ARRAY or kind == LEAF_KEY:
+            if kind == LEAF_ARRAY or kind == LEAF_KEY or kind == LEAF_HOST:
+                # numpy values are arrays to equinox (traced); the executable
+                # puts them on the device as jax.jit would have converted them.
                 dynamic.append(leaf)
                 slot = None
             elif kind == LEAF_SCALAR or (kind == LEAF_OTHER and not _array_like(leaf, self.is_array)):
                 slot = leaf
             else:
                 return self.fallback(wrapper, args, kwargs,
-                                     "tracer" if kind == LEAF_TRACER else "numpy arguments",
+                                     "tracer" if kind == LEAF_TRACER else "unsupported_leaf",
                                      times, None)
             Py_INCREF(slot)
             PyTuple_SET_ITEM(static, i, slot)
