@@ -50,6 +50,9 @@ cdef class NodeType:
     cdef object from_iter           # jax's unflatten function (CUSTOM, DATACLASS, FIELDS)
     cdef tuple data_fields          # DATACLASS: attribute names of the children
     cdef tuple meta_fields          # DATACLASS: attribute names of the aux data
+    # DATACLASS: (name, from aux data, index) per field, in the class's order,
+    # when its __init__ only stores them (built through __dict__); else None
+    cdef tuple direct_fields
     cdef bint checked               # DATACLASS, FIELDS: checked against to_iter on a first instance
     cdef FieldLayout layout         # FIELDS: which __dict__ entries make the node
     cdef dict memos                 # aux data (atoms only) -> the last node built with it

@@ -25,6 +25,7 @@ foreign references are dict keys and the aux data of registered nodes, and a
 registered node's TreeDef is only memoised when its aux data is made of
 atoms (None, str, int, float, bool, bytes and tuples of them).
 """
+import dataclasses
 import importlib
 
 cimport cython
@@ -180,6 +181,8 @@ cdef class TreeDef:
             return self.node_type(*built)
         info = self.info
         if info.kind == NODE_DATACLASS:
+            if info.direct_fields is not None:
+                return _build_dataclass(self.node_type, info.direct_fields, self.node_data, built)
             # register_dataclass's own unflatten: nodetype(**meta, **data), built in C.
             kwargs = {}
             for i in range(PyTuple_GET_SIZE(info.meta_fields)):
@@ -319,6 +322,7 @@ cdef NodeType _classify_type(type t):
         if fields is not None:
             info.kind = NODE_DATACLASS
             info.data_fields, info.meta_fields = fields
+            info.direct_fields = _direct_fields(t, info.data_fields, info.meta_fields)
         else:
             if _lazy_readers and _load_lazy_reader(t):
                 return _classify_type(t)
@@ -389,6 +393,47 @@ cdef inline bint _same_aux(object a, object b) noexcept:
     if a is b:
         return True
     return type(a) is tuple and type(b) is tuple and same_items(<tuple>a, <tuple>b)
+
+
+def _direct_fields(type cls, tuple data_fields, tuple meta_fields):
+    """For a register_dataclass type whose constructor does nothing but store
+    its fields (the one dataclasses generates: no __post_init__, no slots, no
+    custom __new__ or metaclass, every field an init field and a registered
+    one), ``(name, from_meta, index)`` per field in the class's order: such an
+    instance is built by writing its __dict__, as that constructor would,
+    skipping its Python frame (and a frozen class's object.__setattr__ per
+    field).  None for any other class: its constructor is called."""
+    if type(cls) is not type or not dataclasses.is_dataclass(cls):
+        return None
+    init = cls.__dict__.get("__init__")
+    code = getattr(init, "__code__", None)
+    if code is None or code.co_filename != "<string>" or init.__qualname__ != cls.__qualname__ + ".__init__":
+        return None
+    if (hasattr(cls, "__post_init__") or cls.__new__ is not object.__new__
+            or any("__slots__" in vars(base) for base in cls.__mro__[:-1])):
+        return None
+    fields = dataclasses.fields(cls)
+    if not all(f.init for f in fields) or any(
+            f.type is dataclasses.InitVar or isinstance(f.type, dataclasses.InitVar) for f in fields):
+        return None
+    names = [f.name for f in fields]
+    if sorted(names) != sorted(data_fields + meta_fields):
+        return None
+    return tuple((name, name in meta_fields,
+                  meta_fields.index(name) if name in meta_fields else data_fields.index(name))
+                 for name in names)
+
+
+cdef object _build_dataclass(object node_type, tuple fields, tuple meta, tuple data):
+    cdef object node = _object_new(node_type)
+    cdef dict attributes = PyObject_GenericGetDict(node, NULL)
+    cdef tuple field
+    for item in fields:
+        field = <tuple>item
+        PyDict_SetItem(attributes, <object>PyTuple_GET_ITEM(field, 0), <object>PyTuple_GET_ITEM(
+            meta if <object>PyTuple_GET_ITEM(field, 1) is True else data,
+            <Py_ssize_t><object>PyTuple_GET_ITEM(field, 2)))
+    return node
 
 
 # ----------------------------------------------------------------------------

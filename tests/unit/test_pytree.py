@@ -7,6 +7,7 @@ equality is a bug: the dispatcher's cache keys and output trees rest on it.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import pickle
 import threading
 
@@ -535,3 +536,41 @@ def test_dict_mutated_while_its_keys_are_sorted_keeps_its_snapshot():
     victim.update({Meddler(2, victim): "b", Meddler(1, victim): "a"})
     leaves, td = flatten(victim)
     assert leaves == ["a", "b"] and td.num_leaves == 2
+
+
+@jtu.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class FrozenState:
+    step: int
+    params: dict
+    name: str = dataclasses.field(metadata=dict(static=True), default="s")
+
+
+@dataclasses.dataclass
+class Normalised:
+    x: object
+    scale: float = dataclasses.field(metadata=dict(static=True), default=1.0)
+
+    def __post_init__(self):
+        Normalised.constructed += 1
+
+
+Normalised.constructed = 0
+jtu.register_dataclass(Normalised)
+
+
+def test_dataclass_nodes_are_built_as_their_constructor_builds_them():
+    state = FrozenState(jnp.int32(3), {"w": jnp.ones(2)}, "adam")
+    leaves, treedef = flatten(state)
+    rebuilt = treedef.unflatten(leaves)
+    jax_rebuilt = jtu.tree_unflatten(jtu.tree_structure(state), leaves)
+    # Written straight into __dict__ (the generated __init__ does nothing more),
+    # in field order, frozen as before.
+    assert type(rebuilt) is FrozenState and rebuilt == jax_rebuilt
+    assert list(vars(rebuilt)) == list(vars(jax_rebuilt)) == ["step", "params", "name"]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        rebuilt.step = 4
+    # A class with a __post_init__ is constructed, as jax constructs it.
+    leaves, treedef = flatten(Normalised(jnp.ones(2), 2.0))
+    before = Normalised.constructed
+    assert treedef.unflatten(leaves).scale == 2.0 and Normalised.constructed == before + 1
