@@ -233,6 +233,16 @@ def _request_cpu_devices(n: int) -> None:
         pass
 
 
+def _versions_line(mode: str, extra: str = "") -> str:
+    """The first line of a --distributed or --programs header: versions and machine."""
+    import jaxlib
+
+    return (
+        f"fastdispatch bench {mode} | jax {jax.__version__}, jaxlib {jaxlib.__version__}, "
+        f"Python {platform.python_version()} | {cpu_model()} ({os.cpu_count()} cores){extra}"
+    )
+
+
 def _run_distributed(options, command: str) -> int:
     """distributed.py: launches the processes; this process starts no backend."""
     from . import distributed
@@ -240,14 +250,11 @@ def _run_distributed(options, command: str) -> int:
     if options.only or options.plot:
         print("--only and --plot do not apply to --distributed", file=sys.stderr)
         return 2
-    import jaxlib
-
-    header = (
-        f"fastdispatch bench --distributed | jax {jax.__version__}, jaxlib {jaxlib.__version__}, "
-        f"Python {platform.python_version()} | {cpu_model()} ({os.cpu_count()} cores) | "
-        f"{options.processes} processes x {options.devices} CPU devices, gloo over loopback\n"
-        f"command: {command}"
+    header = _versions_line(
+        "--distributed",
+        f" | {options.processes} processes x {options.devices} CPU devices, gloo over loopback",
     )
+    header += f"\ncommand: {command}"
     return distributed.main(options.quick, options.processes, options.devices, options.json, header)
 
 
@@ -258,12 +265,9 @@ def _run_programs(options, command: str) -> int:
     if options.plot or options.distributed:
         print("--plot and --distributed do not apply to --programs", file=sys.stderr)
         return 2
-    import jaxlib
-
     header = (
-        f"fastdispatch bench --programs | jax {jax.__version__}, jaxlib {jaxlib.__version__}, "
-        f"Python {platform.python_version()} | {cpu_model()} ({os.cpu_count()} cores)\n"
-        f"fastdispatch git {_git_commit() or '?'}"
+        _versions_line("--programs")
+        + f"\nfastdispatch git {_git_commit() or '?'}"
         + "".join(f", {name} {version}" for name, version in _library_versions().items())
         + f"\ncommand: {command}"
     )

@@ -164,6 +164,7 @@ def decay(x, step):
 
 
 def step_counter(fn, args, kwargs, n):
+    """fn(x, step) with step += 1 every call (x: an array or a tree)."""
     x, step = args
     for _ in range(n):
         out = fn(x, step)
@@ -289,14 +290,6 @@ def decay_params(params, step):
     return jax.tree_util.tree_map(lambda p: p * 0.99**step, params)
 
 
-def params_step_counter(fn, args, kwargs, n):
-    params, step = args
-    for _ in range(n):
-        out = fn(params, step)
-        step += 1
-    return (params, step), out
-
-
 def _batched_args():
     return (jnp.ones((4, 4), jnp.float32), jnp.full((4, 4), 2.0, jnp.float32)), {}
 
@@ -366,7 +359,7 @@ FALLBACKS = [
         lambda: ((make_params(1.0, FEW_LAYERS), 0), {}),
         "new scalar value",
         "decay_params(params, step) with step += 1 every call; raw limit runs step 0 every time",
-        loop=params_step_counter,
+        loop=step_counter,
         skip={EQUINOX: "filter_jit makes step: int static: a compile every call"},
     ),
     _fallback(
