@@ -23,7 +23,7 @@ from libc.math cimport fabs, isinf
 from fastdispatch._dispatch cimport trace_state_clean
 from fastdispatch._pytree cimport TreeDef, flatten_into
 from fastdispatch._signature cimport (
-    LeafKind, LEAF_ARRAY, LEAF_HOST, LEAF_SCALAR, classify_leaf, plain_host_value)
+    LeafKind, LEAF_ARRAY, LEAF_HOST, LEAF_SCALAR, classify_leaf, int_fits, plain_host_value)
 from fastdispatch import _jax
 
 # Read once per leaf: bound here.  The rest is read through _jax once per call.
@@ -101,8 +101,7 @@ cdef bint _jax_puts_first(list leaves, bint x64) except -1:
         kind = classify_leaf(leaf)
         if kind > LEAF_HOST:
             return True
-        if kind == LEAF_SCALAR and type(leaf) is int and not (
-                (-(1 << 63) <= leaf < (1 << 63)) if x64 else (-(1 << 31) <= leaf < (1 << 31))):
+        if kind == LEAF_SCALAR and type(leaf) is int and not int_fits(leaf, 64 if x64 else 32):
             return True
     return False
 

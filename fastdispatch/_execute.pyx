@@ -28,7 +28,8 @@ from libc.string cimport memcpy
 from fastdispatch._clock cimport now_ns
 from fastdispatch._pytree cimport TreeDef, flatten_into
 from fastdispatch._signature cimport (
-    CallSignature, LeafKey, LeafKind, LEAF_ARRAY, LEAF_HOST, LEAF_KEY, LEAF_SCALAR, plain_host_value)
+    CallSignature, LeafKey, LeafKind, LEAF_ARRAY, LEAF_HOST, LEAF_KEY, LEAF_SCALAR, int_fits,
+    plain_host_value)
 from fastdispatch import _jax
 
 # Distinct values an executable keeps on device per Python scalar input.
@@ -169,13 +170,6 @@ cdef object _scalar_bits(object value):
     return None
 
 
-cdef inline bint _fits(object value, Py_ssize_t itemsize):
-    """A Python int within the range of the signed int of ``itemsize`` bytes
-    jax gives it (int32, or int64 with x64)."""
-    cdef object bound = (<object>1) << (8 * itemsize - 1)
-    return -bound <= value < bound
-
-
 def _identity(arrays):
     # An ordered effect's token handler: its per-device arrays, as they come.
     return arrays
@@ -313,15 +307,16 @@ cdef class Executable:
         caller's object, so that no argument outlives its call."""
         cdef dict kept = <dict>PyTuple_GET_ITEM(self.scalar_buffers, input)
         bits = _scalar_bits(value)
-        if type(value) is int and not _fits(value, self.host_inputs[input].aval.dtype.itemsize):
-            return _NO_CONVERSION   # jax raises its OverflowError; no transfer tried
         if reuse and bits is not None:
             found = kept.get(bits)
             if found is not None:
                 return found
         if self.new_scalars_to_jax and (not reuse or self._is_new(input, bits)):
             return _NEW_SCALAR
-        buffer = _put_host(<object>PyTuple_GET_ITEM(self.host_inputs, input), value)
+        spec = <object>PyTuple_GET_ITEM(self.host_inputs, input)
+        if type(value) is int and not int_fits(value, 8 * spec.aval.dtype.itemsize):
+            return _NO_CONVERSION   # jax raises its OverflowError; no transfer tried
+        buffer = _put_host(spec, value)
         if buffer is None:
             return _NO_CONVERSION
         if reuse and bits is not None and len(kept) < MAX_REUSED_SCALARS:

@@ -19,6 +19,12 @@ cdef LeafKind classify_leaf(object leaf)
 # numpy array or a numpy scalar, of a native numeric dtype.
 cdef bint plain_host_value(object leaf) except -1
 
+# A Python int within the signed int of `bits` bits jax gives it (32, or 64
+# with x64): beyond it, jax raises OverflowError before converting anything.
+cdef inline bint int_fits(object value, int bits) except -1:
+    cdef object bound = (<object>1) << (bits - 1)
+    return -bound <= value < bound
+
 # One dynamic leaf's part of the key.  Which fields are set depends on kind;
 # the others are NULL (owned references, released with the signature).
 cdef struct LeafKey:
