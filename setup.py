@@ -14,7 +14,9 @@ MODULES = [
     "_pytree",
     "_signature",
     "_execute",
+    "_outputs",
     "_cache",
+    "_engine",  # the steps of a call, under every front end
     "_dispatch",
     "_filter",  # the equinox front end's hot path
     "_nnx",  # the flax NNX front end's hot path

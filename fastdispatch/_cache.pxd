@@ -5,10 +5,9 @@ from fastdispatch._signature cimport CallSignature
 cdef class CacheEntry:
     cdef readonly CallSignature signature  # the key this entry was compiled for
     cdef readonly Executable executable    # runs it; None while compiling, or when jax must
-    cdef readonly object slow_reason       # why jax itself runs this entry; None: fast
-    # A front end's own data for the entry (how filter_jit rebuilds its
-    # outputs, say); None for jit.
-    cdef readonly object finish
+    cdef readonly str slow_reason          # why the library runs this entry (_reasons); None: fast
+    cdef readonly str slow_detail          # what else went with slow_reason (an error's repr), or None
+    cdef readonly object finish            # its Outputs: how the flat outputs become the result
     cdef readonly object compile_error     # the exception compiling raised, for waiters
     cdef readonly double compile_seconds   # trace + lower + compile time
     cdef bint finished                     # compiling ended (done is set): no wait needed
@@ -26,8 +25,13 @@ cdef class FunctionCache:
     cdef dict entries                      # CallSignature -> CacheEntry
     cdef CompiledFunctionCache shared      # the LRU this belongs to
 
+    # The entry compiled for `signature`, or None.  Raises what a static
+    # argument's __eq__ raises.
+    cdef inline CacheEntry find(self, CallSignature signature):
+        return self.entries.get(signature)
     cdef CacheEntry insert(self, CallSignature signature)   # a miss: a new entry, compiling
-    cdef void complete(self, CacheEntry entry, object built, double seconds, object finish=*)
+    cdef void complete(self, CacheEntry entry, Executable executable, object finish, str reason,
+                       double seconds)
     cdef void fail(self, CacheEntry entry, object error)
     cdef void remove(self, CacheEntry entry)
     cdef inline void touch(self, CacheEntry entry):   # a hit

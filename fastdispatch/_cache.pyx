@@ -56,7 +56,9 @@ cdef class CacheEntry:
     def __repr__(self):
         state = ("compiling" if not self.finished else
                  f"failed: {self.compile_error!r}" if self.compile_error is not None else
-                 f"slow path: {self.slow_reason}" if self.slow_reason is not None else
+                 f"slow path: {self.slow_reason}"
+                 + (f" ({self.slow_detail})" if self.slow_detail is not None else "")
+                 if self.slow_reason is not None else
                  "fast path")
         return f"<CacheEntry {self.signature!r} ({state})>"
 
@@ -78,14 +80,15 @@ cdef class FunctionCache:
             shared.evict_least_recent()
         return entry
 
-    cdef void complete(self, CacheEntry entry, object built, double seconds, object finish=None):
-        """Compiling ended well: ``built`` is the Executable, or why jax runs it;
-        ``finish`` is the front end's own data for the entry."""
-        if isinstance(built, Executable):
-            entry.executable = <Executable>built
+    cdef void complete(self, CacheEntry entry, Executable executable, object finish, str reason,
+                       double seconds):
+        """Compiling ended well: the entry runs ``executable`` and rebuilds its
+        outputs by ``finish`` (an Outputs), or the library runs it, for ``reason``."""
+        if reason is None:
+            entry.executable = executable
             entry.finish = finish
         else:
-            entry.slow_reason = built
+            entry.slow_reason = reason
         entry.compile_seconds = seconds
         self.shared._compile_seconds += seconds
         entry.finished = True

@@ -20,7 +20,7 @@ from cpython.ref cimport Py_INCREF
 from libc.float cimport FLT_MAX
 from libc.math cimport fabs, isinf
 
-from fastdispatch._dispatch cimport trace_state_clean
+from fastdispatch._engine cimport trace_state_clean
 from fastdispatch._pytree cimport TreeDef, flatten_into
 from fastdispatch._signature cimport (
     LeafKind, LEAF_ARRAY, LEAF_HOST, LEAF_SCALAR, classify_leaf, int_fits, plain_host_value)

@@ -4,10 +4,11 @@ from collections.abc import Callable
 from typing import Any
 
 from fastdispatch._cache import CacheEntry, CompiledFunctionCache
+from fastdispatch._engine import Engine
 
 NOT_GIVEN: object
 
-class CompiledFunction:
+class CompiledFunction(Engine):
     fun: Callable[..., Any]
     __wrapped__: Callable[..., Any]
     def __init__(
@@ -47,5 +48,4 @@ def jit(
 ) -> Any: ...
 def get_post_hook(*, thread_local: bool = False) -> Callable[..., Any] | None: ...
 def set_post_hook(hook: Callable[..., Any] | None, *, thread_local: bool = False) -> None: ...
-def set_trace_sink(sink: Any) -> None: ...
 def jax_function(jitted: Any) -> Any: ...

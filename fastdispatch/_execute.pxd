@@ -1,6 +1,5 @@
 # The execute layer: one compiled executable, run straight through PjRt.
 from cpython.object cimport PyObject
-from fastdispatch._pytree cimport TreeDef
 from fastdispatch._signature cimport CallSignature, LeafKind
 
 # Why Executable.run handed a call back to jax.jit: the reason --trace shows.
@@ -9,10 +8,8 @@ cdef class Delegate:
 
 cdef class Executable:
     cdef object execute                # LoadedExecutable.execute_sharded, bound
-    cdef list out_handlers             # one jaxlib result handler per flat output
-    cdef TreeDef out_treedef           # rebuilds the output tree; None: jax's does
-    cdef object jax_out_treedef        # jax's PyTreeDef of the outputs
-    cdef bint single_output            # the output is one array, not a tree
+    cdef readonly list out_handlers    # one jaxlib result handler per flat output
+    cdef readonly object out_treedef   # jax's PyTreeDef of the outputs
     cdef Py_ssize_t num_inputs         # kept inputs: what the executable takes
     cdef Py_ssize_t* input_leaf        # the flat leaf index of each kept input
     cdef LeafKind* input_kind          # how each kept input enters (ARRAY, KEY, SCALAR, HOST)
@@ -33,14 +30,11 @@ cdef class Executable:
     cdef bint calls_host               # it runs Python on the host (callbacks, effects)
     cdef bint paced                    # a launch on several CPU devices: see _pace
 
-    # The output of one call on its flat leaves, or a Delegate when jax.jit
-    # must run it after all (a host value that does not convert, a new scalar
-    # value jax converts faster).  With tracing on, launched[0] is stamped once
-    # the executable has returned.
+    # The flat outputs (a list) of one call on its flat leaves, or a Delegate
+    # when the library must run it after all (a host value that does not
+    # convert, a new scalar value jax converts faster).  With tracing on,
+    # launched[0] is stamped once the executable has returned.
     cdef object run(self, object leaves, long long* launched)
-    # The same, returning the flat list of outputs (for front ends that
-    # rebuild the result themselves), or a Delegate.
-    cdef object run_flat(self, object leaves, long long* launched)
     # For new_scalars_to_jax: some scalar leaf holds a value neither kept on
     # device nor the previous call's: jax.jit should take the call.
     cdef bint new_scalar_in(self, PyObject** leaves)
@@ -50,10 +44,11 @@ cdef class Executable:
 
 
 # An Executable for `compiled`, compiled for `signature` on the call whose
-# flat leaves are `leaves`; or a str saying why jax.jit must run it instead.
+# flat leaves are `leaves`; raises NotFast (fastdispatch._reasons) with why
+# the library must run it instead.
 # jax_is_fallback: the caller hands the calls it does not run to jax.jit's C++
 # path, which converts host values faster than this layer: small entries leave
 # host data and new scalar values to it.  A front end whose fallback is a
 # library's Python call (equinox's, flax's) converts them here.
-cdef object make_executable(object compiled, CallSignature signature, list leaves, bint donates,
-                            bint jax_is_fallback)
+cdef Executable make_executable(object compiled, CallSignature signature, list leaves,
+                                bint donates, bint jax_is_fallback)

@@ -3,8 +3,7 @@
 from typing import Any, NamedTuple
 
 MAX_REUSED_SCALARS: int
-HOST_DATA_REASON: str
-NEW_SCALAR_REASON: str
+MAX_CPU_LAUNCHES_AHEAD: int
 HOST_BREAK_EVEN_LEAVES: int
 NEW_SCALAR_BREAK_EVEN_LEAVES: int
 
@@ -12,6 +11,7 @@ class HostInput(NamedTuple):
     aval: Any
     sharding: Any
     devices: list[Any]
+    cast: bool
 
 class Delegate:
     reason: str
@@ -19,3 +19,6 @@ class Delegate:
 
 class Executable:
     new_scalars_to_jax: bool
+    out_handlers: list[Any]
+    out_treedef: Any
+    def memory_bytes(self) -> int | None: ...

@@ -1,8 +1,9 @@
 # cython: boundscheck=False, wraparound=False
 """The execute layer: an Executable runs one compiled jax executable on a call's
-flat leaves, straight through PjRt, and rebuilds the output tree.
+flat leaves, straight through PjRt, and returns its flat outputs (the front
+end's Outputs rebuild the result: fastdispatch._outputs).
 
-    execute_sharded(kept inputs).consume_with_handlers(out handlers) -> unflatten
+    execute_sharded(kept inputs).consume_with_handlers(out handlers)
 
 It is built from the pieces ``_jax.executable_parts`` takes out of a
 ``jax.stages.Compiled``, and from the call's CallSignature, which says what
@@ -12,7 +13,7 @@ not donate), numpy values are put on the device on every call where that
 beats the caller's hand-off (jax.jit converts a small call's host data
 faster).  Effects run as ``pxla.ExecuteReplicated``
 runs them, with jax's runtime tokens.  Whatever it cannot run,
-``make_executable`` says why, and jax.jit runs instead.
+``make_executable`` raises NotFast for, and the library runs instead.
 """
 import sys
 from collections import deque, namedtuple
@@ -26,21 +27,16 @@ from cpython.tuple cimport PyTuple_GET_ITEM
 from libc.string cimport memcpy
 
 from fastdispatch._clock cimport now_ns
-from fastdispatch._pytree cimport TreeDef, flatten_into
 from fastdispatch._signature cimport (
     CallSignature, LeafKey, LeafKind, LEAF_ARRAY, LEAF_HOST, LEAF_KEY, LEAF_SCALAR, int_fits,
     plain_host_value)
-from fastdispatch import _jax
+from fastdispatch import _jax, _reasons
+from fastdispatch._reasons import NotFast
 
 # Distinct values an executable keeps on device per Python scalar input.
 MAX_REUSED_SCALARS = 64
 
-# Why jax.jit runs an entry whose numpy arguments we would convert more slowly
-# than it does (a hand-off decided by the leaves alone: see _dispatch).
-HOST_DATA_REASON = sys.intern("numpy arguments")
-# Why jax.jit runs a call with a Python scalar value an executable too small
-# to gain from converting it has not seen before (a step counter's).
-NEW_SCALAR_REASON = sys.intern("new scalar value")
+cdef str _HOST_DATA = _reasons.HOST_DATA
 
 # Converting host data ourselves (jaxlib batched_device_put, ~2.3 us: most of it
 # building the Python jax Array) costs more than jax.jit's C++ conversion
@@ -135,10 +131,10 @@ cdef class Delegate:
 
 # A host value that does not convert (an int too large for int32, a transfer
 # the guard disallows): jax.jit raises its own error.
-cdef Delegate _NO_CONVERSION = Delegate("scalar_conversion")
+cdef Delegate _NO_CONVERSION = Delegate(_reasons.SCALAR_CONVERSION)
 # A Python scalar value not seen before, on an entry too small to gain from
 # converting it here: jax.jit converts it faster.
-cdef Delegate _NEW_SCALAR = Delegate(NEW_SCALAR_REASON)
+cdef Delegate _NEW_SCALAR = Delegate(_reasons.NEW_SCALAR)
 
 
 cdef object _as_jit_error(error, bint with_tokens):
@@ -175,35 +171,6 @@ def _identity(arrays):
     return arrays
 
 
-cdef class _Marker:
-    # A stand-in leaf, to read the order in which a tree flattens.
-    cdef Py_ssize_t index
-
-
-cdef TreeDef _our_treedef(jax_treedef):
-    """Our TreeDef for jax's, or None when the two would not agree exactly
-    (a registered type whose constructor refuses stand-in leaves, say)."""
-    cdef Py_ssize_t i, n = jax_treedef.num_leaves
-    cdef list markers = []
-    cdef _Marker marker
-    for i in range(n):
-        marker = _Marker.__new__(_Marker)
-        marker.index = i
-        markers.append(marker)
-    try:
-        tree = jax_treedef.unflatten(markers)
-    except Exception:
-        return None
-    cdef list leaves = []
-    cdef TreeDef treedef = flatten_into(tree, leaves)
-    if len(leaves) != n:
-        return None
-    for i in range(n):
-        if leaves[i] is not markers[i]:
-            return None
-    return treedef
-
-
 cdef class Executable:
     """One compiled executable, ready to run on the flat leaves of calls that
     match the signature it was made for."""
@@ -216,16 +183,6 @@ cdef class Executable:
         PyMem_Free(self.input_kind)
 
     cdef object run(self, object leaves, long long* launched):
-        outputs = self.run_flat(leaves, launched)
-        if type(outputs) is Delegate:
-            return outputs
-        if self.single_output:
-            return <object>PyList_GET_ITEM(outputs, 0)
-        if self.out_treedef is not None:
-            return self.out_treedef.unflatten(outputs)
-        return self.jax_out_treedef.unflatten(outputs)
-
-    cdef object run_flat(self, object leaves, long long* launched):
         # leaves: a list or a tuple (PySequence_Fast_ITEMS reads either).
         cdef object buffers   # the leaves themselves (list or tuple), or a new list
         cdef PyObject** items
@@ -273,6 +230,11 @@ cdef class Executable:
         if launched != NULL:
             launched[0] = now_ns()
         return outputs
+
+    def memory_bytes(self):
+        """The device memory this executable holds, by XLA's memory analysis
+        (None where the backend does not say): for --trace's report."""
+        return _jax.compiled_memory_bytes(self.execute)
 
     cdef bint new_scalar_in(self, PyObject** leaves):
         cdef Py_ssize_t j
@@ -376,14 +338,12 @@ cdef inline bint _convertible_host_value(object leaf, object aval) except -1:
     return leaf.dtype == aval.dtype or _jax.canonical_dtype(leaf.dtype, _jax.x64_enabled()) == aval.dtype
 
 
-cdef object make_executable(object compiled, CallSignature signature, list leaves, bint donates,
-                            bint jax_is_fallback):
+cdef Executable make_executable(object compiled, CallSignature signature, list leaves,
+                                bint donates, bint jax_is_fallback):
     if compiled.in_tree.num_leaves != signature.num_leaves:
         # Never expected: our flattening of the arguments must be jax's.
-        return "arguments flatten differently from jax"
+        raise NotFast(_reasons.ARGUMENTS_FLATTEN_DIFFERENTLY)
     parts = _jax.executable_parts(compiled)
-    if isinstance(parts, str):
-        return parts
     cdef Py_ssize_t j, index, n = len(parts.kept)
     cdef Py_ssize_t num_scalars = 0, num_host = 0, num_cast = 0
     cdef LeafKey* key
@@ -397,16 +357,14 @@ cdef object make_executable(object compiled, CallSignature signature, list leave
                 num_host += 1
                 if donates:
                     # A numpy argument's memory is aliased, never to be donated.
-                    return HOST_DATA_REASON
+                    raise NotFast(_HOST_DATA)
                 if not _convertible_host_value(leaves[index], parts.in_avals[j]):
-                    return HOST_DATA_REASON
+                    raise NotFast(_HOST_DATA)
             else:
                 num_scalars += 1
             # One device or several, this process's or a global mesh's: the
             # value goes on each of this process's devices, as jax puts it.
             devices = _jax.scalar_devices(expected)
-            if isinstance(devices, str):
-                return devices
             cast = key.kind == LEAF_HOST and leaves[index].dtype != parts.in_avals[j].dtype
             num_cast += cast
             host_inputs.append(HostInput(parts.in_avals[j], expected, list(devices), cast))
@@ -416,10 +374,10 @@ cdef object make_executable(object compiled, CallSignature signature, list leave
         actual = leaf.sharding
         if actual is not expected and not (
                 actual == expected or actual.is_equivalent_to(expected, leaf.ndim)):
-            return "argument must be resharded"
+            raise NotFast(_reasons.RESHARD)
     cdef Py_ssize_t num_other = n - num_host - num_scalars
     if jax_is_fallback and num_host and num_other < HOST_BREAK_EVEN_LEAVES * (num_host + num_cast):
-        return HOST_DATA_REASON
+        raise NotFast(_HOST_DATA)
 
     cdef Executable executable = Executable.__new__(Executable)
     executable.num_inputs = n
@@ -446,11 +404,7 @@ cdef object make_executable(object compiled, CallSignature signature, list leave
         num_scalars > 0 and num_other < NEW_SCALAR_BREAK_EVEN_LEAVES * num_scalars)
     executable.execute = parts.execute
     executable.out_handlers = parts.out_handlers
-    executable.jax_out_treedef = parts.out_treedef
-    executable.out_treedef = _our_treedef(parts.out_treedef)
-    executable.single_output = (executable.out_treedef is not None
-                                and executable.out_treedef.num_nodes == 1
-                                and executable.out_treedef.num_leaves == 1)
+    executable.out_treedef = parts.out_treedef
     executable.with_tokens = parts.with_tokens
     executable.ordered_effects = parts.ordered_effects
     executable.devices = parts.devices

@@ -1,8 +1,7 @@
-# The filter_jit front end (equinox's filter_jit) over the dispatcher's engine.
-from fastdispatch._cache cimport CacheEntry, FunctionCache
-from fastdispatch._dispatch cimport CallTimes, PreviousCall
+# The filter_jit front end (equinox's filter_jit) of the engine.
+from fastdispatch._engine cimport Engine
+from fastdispatch._outputs cimport Outputs
 from fastdispatch._pytree cimport TreeDef
-from fastdispatch._signature cimport CallSignature
 
 
 cdef class BindPlan:
@@ -20,33 +19,21 @@ cdef class BindPlan:
     cdef tuple bind(self, tuple args, dict kwargs)
 
 
-cdef class OutputRecipe:
+cdef class OutputRecipe(Outputs):
     cdef TreeDef treedef           # the structure of what the call returns
     cdef Py_ssize_t num_leaves
     cdef Py_ssize_t* source        # per output leaf: the executable output it is, or -1: static
     cdef tuple statics             # per output leaf: the static value the trace returned
     cdef Py_ssize_t single         # the output is one array: its executable output; else -1
 
-    cdef object build(self, list outputs)
 
-
-cdef class FilterDispatcher:
+cdef class FilterDispatcher(Engine):
     cdef readonly object jitted    # equinox's shared jax.jit of this function: compiles, slow path
-    cdef object slow_call          # equinox's own wrapper call: slow(wrapper, *args, **kwargs)
-    cdef object lower_call         # equinox's own lowering: lower(wrapper, *args, **kwargs)
+    cdef object equinox_call       # equinox's own wrapper call: (wrapper, *args, **kwargs)
+    cdef object equinox_lower      # equinox's own lowering: (wrapper, *args, **kwargs)
     cdef object is_array           # equinox.is_array, for leaves of unknown types
-    cdef str span_name             # its calls' span under jax.profiler
-    cdef FunctionCache entries     # our part of the shared LRU
     cdef dict plans                # (id(signature), nargs, kwnames) -> BindPlan
     cdef BindPlan last_plan        # the plan of the previous call: one identity check
-    cdef PreviousCall previous     # the guard's guess: the previous call's entry and signature
     cdef object __weakref__
 
-    cdef object dispatch(self, object wrapper, dict fields, tuple args, dict kwargs,
-                         CallTimes* times)
     cdef BindPlan plan_for(self, object signature, tuple args, dict kwargs)
-    cdef object compile(self, CacheEntry entry, object wrapper, tuple args, dict kwargs,
-                        list leaves, CallTimes* times)
-    cdef object fallback(self, object wrapper, tuple args, dict kwargs, str reason,
-                         CallTimes* times, CallSignature signature)
-    cdef void _remember(self, CacheEntry entry, CallSignature signature)

@@ -3,14 +3,16 @@
 from collections.abc import Callable
 from typing import Any
 
-class FilterDispatcher:
+from fastdispatch._engine import Engine
+
+class FilterDispatcher(Engine):
     @property
     def jitted(self) -> Any: ...
     def __init__(
         self,
         jitted: Any,
-        slow_call: Callable[..., Any],
-        lower_call: Callable[..., Any],
+        equinox_call: Callable[..., Any],
+        equinox_lower: Callable[..., Any],
         is_array: Callable[[Any], bool],
     ) -> None: ...
     def __call__(self, *args: Any, **kwargs: Any) -> Any: ...

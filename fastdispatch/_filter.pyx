@@ -29,24 +29,26 @@ from cpython.ref cimport Py_INCREF
 from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE, PyTuple_New, PyTuple_SET_ITEM
 
 from fastdispatch._cache cimport CacheEntry, CompiledFunctionCache
-from fastdispatch._clock cimport now_ns
-from fastdispatch._dispatch cimport (
-    AT_END, AT_FLATTENED, AT_FOUND, AT_KEYED, AT_LAUNCHED, WATCH_CLOCK,
-    CallTimes, PreviousCall, begin_call, end_call, reached, record_call, trace_context,
-    trace_state_clean)
-from fastdispatch._execute cimport Delegate, Executable, make_executable
+from fastdispatch._engine cimport Call, CallTimes, Engine, trace_context, trace_state_clean
+from fastdispatch._execute cimport Executable, make_executable
+from fastdispatch._outputs cimport Outputs
 from fastdispatch._pytree cimport TreeDef, flatten_into
 from fastdispatch._signature cimport (
     CallSignature, LeafKind, LEAF_ARRAY, LEAF_HOST, LEAF_KEY, LEAF_SCALAR, LEAF_TRACER, LEAF_OTHER,
-    classify_leaf, make_signature)
+    classify_leaf)
 from fastdispatch._cache import default_cache
 from fastdispatch._dispatch import jax_function as _dispatch_jax_function
-from fastdispatch import _jax
+from fastdispatch import _jax, _reasons
+from fastdispatch._reasons import NotFast
 
 cdef extern from "Python.h":
     dict PyObject_GenericGetDict(object o, void* context)
 
-cdef object _slow_path_reason = _jax.slow_path_reason
+cdef str _EQUINOX = "equinox"
+cdef str _TRACER = _reasons.TRACER
+cdef str _UNSUPPORTED_LEAF = _reasons.UNSUPPORTED_LEAF
+cdef str _ARGUMENT_BINDING = _reasons.ARGUMENT_BINDING
+cdef str _HOST_DATA = _reasons.HOST_DATA
 
 cdef str _CACHED = sys.intern("_cached")
 cdef str _SIGNATURE = sys.intern("_signature")
@@ -78,7 +80,7 @@ cdef bint _array_like(object leaf, object is_array) except -1:
     return found
 
 
-cdef class _Marker:
+cdef class _ArgumentStandIn:
     # A stand-in argument, to see where signature.bind puts each one.
     cdef object source
 
@@ -132,18 +134,18 @@ cdef inline object _source(object source, tuple args, dict kwargs):
 
 cdef BindPlan _make_plan(object signature, tuple args, dict kwargs):
     cdef BindPlan plan = BindPlan.__new__(BindPlan)
-    cdef _Marker marker
+    cdef _ArgumentStandIn marker
     plan.signature = signature
     plan.nargs = len(args)
     plan.kwnames = tuple(kwargs)
     positional = []
     for i in range(len(args)):
-        marker = _Marker.__new__(_Marker)
+        marker = _ArgumentStandIn.__new__(_ArgumentStandIn)
         marker.source = i
         positional.append(marker)
     keywords = {}
     for name in kwargs:
-        marker = _Marker.__new__(_Marker)
+        marker = _ArgumentStandIn.__new__(_ArgumentStandIn)
         marker.source = name
         keywords[name] = marker
     try:
@@ -151,9 +153,9 @@ cdef BindPlan _make_plan(object signature, tuple args, dict kwargs):
     except TypeError:
         plan.refused = True
         return plan
-    plan.arg_sources = tuple([(<_Marker>m).source for m in bound.args])
+    plan.arg_sources = tuple([(<_ArgumentStandIn>m).source for m in bound.args])
     plan.kwarg_names = tuple(bound.kwargs)
-    plan.kwarg_sources = tuple([(<_Marker>m).source for m in bound.kwargs.values()])
+    plan.kwarg_sources = tuple([(<_ArgumentStandIn>m).source for m in bound.kwargs.values()])
     plan.as_is = not kwargs and plan.arg_sources == tuple(range(len(args)))
     plan.arg_names = tuple(
         p.name for p in signature.parameters.values()
@@ -161,7 +163,7 @@ cdef BindPlan _make_plan(object signature, tuple args, dict kwargs):
     return plan
 
 
-cdef class OutputRecipe:
+cdef class OutputRecipe(Outputs):
     """How the flat outputs of an executable become the call's result: the
     output tree, with each leaf an output of the executable (output 0 is
     equinox's marker) or the static value the trace returned."""
@@ -186,9 +188,9 @@ cdef class OutputRecipe:
         return self.treedef.unflatten(leaves)
 
 
-cdef object _make_recipe(object out, Py_ssize_t num_outputs):
+cdef OutputRecipe _make_recipe(object out, Py_ssize_t num_outputs):
     """The OutputRecipe of a call whose result was ``out`` (from equinox's own
-    call), for an executable with ``num_outputs`` outputs; or why not."""
+    call), for an executable with ``num_outputs`` outputs; NotFast if none."""
     cdef list leaves = []
     cdef TreeDef treedef = flatten_into(out, leaves)
     cdef OutputRecipe recipe = OutputRecipe.__new__(OutputRecipe)
@@ -210,9 +212,9 @@ cdef object _make_recipe(object out, Py_ssize_t num_outputs):
             recipe.source[i] = -1
             statics.append(leaves[i])
         else:
-            return "outputs that are not jax arrays"
+            raise NotFast(_reasons.NON_ARRAY_OUTPUTS)
     if k != num_outputs:
-        return "outputs flatten differently from equinox's"
+        raise NotFast(_reasons.OUTPUTS_FLATTEN_UNLIKE_EQUINOX)
     recipe.statics = tuple(statics)
     recipe.single = 1 if treedef.num_nodes == 1 and n == 1 and recipe.source[0] == 1 else -1
     return recipe
@@ -258,19 +260,20 @@ def _in_first(path):
 cdef _Front _FRONT = _Front()
 
 
-cdef class FilterDispatcher:
+cdef class FilterDispatcher(Engine):
     """The fast path of every filter_jit wrapper of one function: equinox
     shares one jax.jit between them (by function, or by name for other
     callables), and so does this, with its entries, plans and guard."""
 
-    def __init__(self, jitted, slow_call, lower_call, is_array):
+    def __init__(self, jitted, equinox_call, equinox_lower, is_array):
         self.jitted = _dispatch_jax_function(jitted)
         # equinox names its jit's function after the user's: the name jax.jit's span would have.
         self.span_name = f"FastDispatch({_jax.fun_name(self.jitted)})"
-        self.slow_call = slow_call
-        self.lower_call = lower_call
+        self.library = _EQUINOX
+        self.equinox_call = equinox_call
+        self.equinox_lower = equinox_lower
         self.is_array = is_array
-        self.entries = (<CompiledFunctionCache>default_cache()).function_cache(self, None)
+        self.executables = (<CompiledFunctionCache>default_cache()).function_cache(self, None)
         self.plans = {}
 
     # equinox's own call uses the shared jax.jit as wrapper._cached(...):
@@ -282,13 +285,13 @@ cdef class FilterDispatcher:
 
     def clear(self):
         """Forget the executables and plans (equinox.clear_caches())."""
-        self.entries.clear()
+        self.executables.clear()
         self.plans.clear()
         self.last_plan = None
         self.previous = None
 
     def _cache_size(self):
-        return len(self.entries)
+        return len(self.executables)
 
     def __repr__(self):
         return f"<fastdispatch filter_jit dispatcher of {self.jitted!r}>"
@@ -307,19 +310,20 @@ cdef class FilterDispatcher:
         self.last_plan = plan
         return plan
 
-    cdef object dispatch(self, object wrapper, dict fields, tuple args, dict kwargs,
-                         CallTimes* times):
+    cdef object dispatch(self, Call* call, CallTimes* times):
+        """Bind, flatten and partition as equinox does; then the engine."""
+        cdef tuple args = <tuple>call.args
+        cdef dict kwargs = <dict>call.kwargs
+        cdef dict fields = PyObject_GenericGetDict(<object>call.function, NULL)
         context = trace_context()
         if not trace_state_clean():
-            return self.fallback(wrapper, args, kwargs, "tracer", times, None)
+            return self.fallback(call, _TRACER, times, None)
         cdef BindPlan plan = self.plan_for(<object>PyDict_GetItem(fields, _SIGNATURE), args, kwargs)
         if plan.refused:
-            return self.fallback(wrapper, args, kwargs, "argument_binding", times, None)
+            return self.fallback(call, _ARGUMENT_BINDING, times, None)
         cdef tuple bound = plan.bind(args, kwargs)
         cdef list leaves = []
         cdef TreeDef treedef = flatten_into(bound, leaves)
-        if times.watch:
-            reached(times, AT_FLATTENED, "signature")
 
         # Partition: arrays are traced (in order), every other leaf is static.
         cdef Py_ssize_t i, n = PyList_GET_SIZE(leaves)
@@ -343,9 +347,8 @@ cdef class FilterDispatcher:
             elif kind == LEAF_SCALAR or (kind == LEAF_OTHER and not _array_like(leaf, self.is_array)):
                 slot = leaf
             else:
-                return self.fallback(wrapper, args, kwargs,
-                                     "tracer" if kind == LEAF_TRACER else "unsupported_leaf",
-                                     times, None)
+                return self.fallback(
+                    call, _TRACER if kind == LEAF_TRACER else _UNSUPPORTED_LEAF, times, None)
             Py_INCREF(slot)
             PyTuple_SET_ITEM(static, i, slot)
         if n <= first_end:
@@ -361,7 +364,7 @@ cdef class FilterDispatcher:
         for leaf in fun_dynamic:
             kind = classify_leaf(leaf)
             if kind != LEAF_ARRAY and kind != LEAF_KEY:
-                return self.fallback(wrapper, args, kwargs, "numpy arguments", times, None)
+                return self.fallback(call, _HOST_DATA, times, None)
         if donate_rest and not donate_first:
             inputs = fun_dynamic + dynamic[first_dynamic:] + dynamic[:first_dynamic]
         elif fun_dynamic:
@@ -369,135 +372,44 @@ cdef class FilterDispatcher:
         static_args = (<object>PyDict_GetItem(fields, _STATIC_FUN), donate_first, donate_rest,
                        static)
 
-        cdef PreviousCall previous = self.previous
-        cdef CacheEntry entry = previous.entry if previous is not None else None
-        cdef CallSignature signature
-        cdef LeafKind refused = LEAF_ARRAY
-        if (entry is None or entry.evicted
-                or not previous.signature.matches_call(treedef, inputs, static_args, context)):
-            try:
-                signature = make_signature(treedef, inputs, static_args, context,
-                                           plan.arg_names, &refused, _FRONT)
-            except Exception:
-                # An unhashable static leaf: equinox's call raises jax's error.
-                return self.fallback(wrapper, args, kwargs, "static_argument_error", times, None)
-            if signature is None:
-                return self.fallback(wrapper, args, kwargs, "unsupported_leaf", times, None)
-            if times.watch:
-                reached(times, AT_KEYED, "lookup")
-            try:
-                entry = self.entries.entries.get(signature)
-            except Exception:
-                # A static leaf's __eq__ raised: equinox's call reports it its way.
-                return self.fallback(wrapper, args, kwargs, "static_argument_error", times,
-                                     signature)
-            if entry is None:
-                reason = _slow_path_reason()
-                if reason is not None:
-                    return self.fallback(wrapper, args, kwargs, reason, times, signature)
-                entry = self.entries.insert(signature)
-                return self.compile(entry, wrapper, args, kwargs, inputs, times)
-            entry.wait(wrapper)
-            self._remember(entry, signature)
+        return self.lookup(call, treedef, inputs, static_args, context, plan.arg_names, _FRONT,
+                           times)
 
-        self.entries.touch(entry)
-        if entry.executable is None:
-            return self.fallback(wrapper, args, kwargs, entry.slow_reason, times, entry.signature)
-        if times.watch:
-            reached(times, AT_FOUND, "launch")
-        outputs = entry.executable.run_flat(
-            inputs, &times.launched if times.watch & WATCH_CLOCK else NULL)
-        if type(outputs) is Delegate:
-            return self.fallback(wrapper, args, kwargs, (<Delegate>outputs).reason, times,
-                                 entry.signature)
-        if times.watch:
-            reached(times, AT_LAUNCHED, "unflatten")
-        out = (<OutputRecipe>entry.finish).build(outputs)
-        if times.watch:
-            reached(times, AT_END, None)
-            record_call(wrapper, times, True, 0, None, entry.signature)
-        return out
+    # -- the engine's hooks ------------------------------------------------
 
-    cdef object compile(self, CacheEntry entry, object wrapper, tuple args, dict kwargs,
-                        list leaves, CallTimes* times):
-        """The miss path: equinox's own call (it traces, compiles, warns, donates
-        and fails as equinox does), then its executable from its lowering."""
-        if times.watch:
-            reached(times, AT_FOUND, "compile")   # equinox's and jax's own spans nest inside
-        cdef long long began = now_ns()
-        try:
-            out = self.slow_call(wrapper, *args, **kwargs)
-        except BaseException as error:
-            self.entries.fail(entry, error)
-            if times.watch:
-                reached(times, AT_END, None)
-                record_call(wrapper, times, False, times.end - began, "compile_error",
-                            entry.signature)
-            raise
-        cdef long long compiled_at = now_ns()
-        if times.watch:
-            reached(times, AT_LAUNCHED, "build entry")
-        recipe = None
-        try:
-            # Lowering again comes from jax's caches; anything it warns was
-            # just said (or silenced) by the call itself.
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                compiled = self.lower_call(wrapper, *args, **kwargs).lowered.compile()
-            donates = entry.signature.static_args[1] or entry.signature.static_args[2]
-            built = make_executable(compiled, entry.signature, leaves, donates, False)
-            if not isinstance(built, str) and (<Executable>built).calls_host:
-                # equinox blocks such calls so that error_if raises at the call,
-                # as its own error: its call runs them.
-                built = "effects"
-            if not isinstance(built, str):
-                recipe = _make_recipe(out, len((<Executable>built).out_handlers))
-                if isinstance(recipe, str):
-                    built = recipe
-        except Exception as error:
-            built = f"equinox's executable could not be reused: {error!r}"
-        self.entries.complete(entry, built, (compiled_at - began) / 1e9, recipe)
-        self._remember(entry, entry.signature)
-        if times.watch:
-            reached(times, AT_END, None)
-            record_call(wrapper, times, False, compiled_at - began, entry.slow_reason,
-                        entry.signature)
-        return out
+    cdef object slow_call(self, Call* call):
+        """equinox's own call (its frames, warnings and errors)."""
+        return self.equinox_call(<object>call.function, *<tuple>call.args, **<dict>call.kwargs)
 
-    cdef void _remember(self, CacheEntry entry, CallSignature signature):
-        # The guard compares with this call's own signature (its very aval
-        # objects), and it is one object, replaced whole: a thread never pairs
-        # one call's entry with another call's signature.
-        cdef PreviousCall previous = PreviousCall.__new__(PreviousCall)
-        previous.entry = entry
-        previous.signature = signature
-        self.previous = previous
-
-    cdef object fallback(self, object wrapper, tuple args, dict kwargs, str reason,
-                         CallTimes* times, CallSignature signature):
-        """equinox's own call runs it."""
-        if times.watch:
-            reached(times, AT_FOUND, "equinox", reason)   # equinox's own spans nest inside
-        try:
-            return self.slow_call(wrapper, *args, **kwargs)
-        finally:
-            if times.watch:
-                reached(times, AT_END, None)
-                record_call(wrapper, times, False, 0, reason, signature)
+    cdef tuple build(self, Call* call, CacheEntry entry, list leaves, object out):
+        """equinox's executable for the call it just ran, from its lowering,
+        and the recipe of its outputs from what the call returned."""
+        # Lowering again comes from jax's caches; anything it warns was just
+        # said (or silenced) by the call itself.
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            compiled = self.equinox_lower(
+                <object>call.function, *<tuple>call.args, **<dict>call.kwargs).lowered.compile()
+        donates = entry.signature.static_args[1] or entry.signature.static_args[2]
+        cdef Executable executable = make_executable(
+            compiled, entry.signature, leaves, donates, False)
+        if executable.calls_host:
+            # equinox blocks such calls so that error_if raises at the call,
+            # as its own error: its call runs them.
+            raise NotFast(_reasons.EFFECTS)
+        return executable, _make_recipe(out, len(executable.out_handlers))
 
 
 def call(wrapper, *args, **kwargs):
     """``FilterJitWrapper.__call__``: equinox's filter_jit call, fast."""
-    cdef CallTimes times
-    cdef dict fields = PyObject_GenericGetDict(wrapper, NULL)
-    cdef PyObject* found = PyDict_GetItem(fields, _CACHED)
+    cdef PyObject* found = PyDict_GetItem(PyObject_GenericGetDict(wrapper, NULL), _CACHED)
     if found == NULL or type(<object>found) is not FilterDispatcher:
         raise TypeError(f"{type(wrapper).__name__} was not made by fastdispatch.filter_jit")
-    cdef FilterDispatcher dispatcher = <FilterDispatcher>found
-    span = begin_call(&times, dispatcher.span_name)
-    if span is None:
-        return dispatcher.dispatch(wrapper, fields, args, kwargs, &times)
-    try:
-        return dispatcher.dispatch(wrapper, fields, args, kwargs, &times)
-    finally:
-        end_call(&times, span)
+    cdef Call one
+    one.function = <PyObject*>wrapper
+    one.args = <PyObject*>args
+    one.kwargs = <PyObject*>kwargs
+    one.argv = NULL
+    one.nargsf = 0
+    one.kwnames = NULL
+    return (<FilterDispatcher>found).call(&one)

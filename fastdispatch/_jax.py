@@ -96,6 +96,9 @@ from jax._src.lib import _profiler
 from jax._src.lib import jax_jit as _jax_jit
 from jax._src.random import prng as _prng
 
+from fastdispatch import _reasons
+from fastdispatch._reasons import NotFast
+
 # jax's own jit: the slow path and the compiler.  Read from jax._src so that
 # `python -m fastdispatch` patching the public ``jax.jit`` never loops back here.
 jax_jit = _api.jit
@@ -145,13 +148,13 @@ def slow_path_reason() -> str | None:
     ``trace_context()``, so a change in them also changes the cache key.
     """
     if _config.disable_jit.value:
-        return "disable_jit"
+        return _reasons.DISABLE_JIT
     if _config.no_tracing.value:
-        return "no_tracing"
+        return _reasons.NO_TRACING
     if _config.no_execution.value:
-        return "no_execution"
+        return _reasons.NO_EXECUTION
     if not trace_state_is_clean():
-        return "tracer"
+        return _reasons.TRACER
     return None
 
 
@@ -257,7 +260,24 @@ class ExecutableParts(NamedTuple):
     calls_host: bool  # it runs Python on the host (callbacks, effects)
 
 
-def executable_parts(compiled) -> ExecutableParts | str:
+def compiled_memory_bytes(execute) -> int | None:
+    """The device memory one loaded executable holds (its code, temporaries,
+    arguments and outputs, from XLA's memory analysis), given the
+    ``execute`` of its ExecutableParts; None where the backend does not say."""
+    try:
+        stats = execute.__self__.get_compiled_memory_stats()
+    except Exception:
+        return None
+    return int(
+        stats.generated_code_size_in_bytes
+        + stats.argument_size_in_bytes
+        + stats.output_size_in_bytes
+        + stats.temp_size_in_bytes
+        - stats.alias_size_in_bytes
+    )
+
+
+def executable_parts(compiled) -> ExecutableParts:
     """Split ``compiled`` into the pieces of a direct PjRt call, or say why not.
 
     Runs what ``pxla.ExecuteReplicated.__call__`` runs: a plain replicated
@@ -265,34 +285,34 @@ def executable_parts(compiled) -> ExecutableParts | str:
     constants passed as arguments.  Effects are run as it runs them (tokens in
     and out, ``with_tokens``); host callbacks without effects (``pure_callback``)
     run without tokens, as on jax's own C++ fast path (``pjit._get_fastpath_data``).
-    Whether the call's own inputs fit is the execute layer's to check.  A
-    returned string is the reason for the slow path.
+    Whether the call's own inputs fit is the execute layer's to check.  Raises
+    NotFast with the reason for the slow path.
     """
     executable = compiled._executable
     if not isinstance(executable, _pxla.MeshExecutable):
-        return "not a mesh executable"
+        raise NotFast(_reasons.NOT_MESH_EXECUTABLE)
     call = executable.unsafe_call
     if not isinstance(call, _pxla.ExecuteReplicated):
-        return "not a replicated executable"
+        raise NotFast(_reasons.NOT_REPLICATED_EXECUTABLE)
     if call.mut is not None:
-        return "mutable arrays"
+        raise NotFast(_reasons.MUTABLE_ARRAYS)
     if call.pgle_profiler is not None:
-        return "profile-guided optimisation"
+        raise NotFast(_reasons.PGLE)
     if _dispatch.needs_check_special():
-        return "debug_nans or debug_infs"
+        raise NotFast(_reasons.DEBUG_NANS)
     if any(layout is not None for layout in executable._dispatch_in_layouts):
-        return "custom input layouts"
+        raise NotFast(_reasons.CUSTOM_LAYOUTS)
     if getattr(compiled._params, "const_args", ()):
         # jax_use_simplified_jaxpr_constants: jax passes them first and
         # kept_var_idx counts them.
-        return "constants passed as arguments"
+        raise NotFast(_reasons.CONSTANT_ARGUMENTS)
     ordered = tuple(call.ordered_effects)
     devices = tuple(call._local_devices)
     if ordered and len(devices) != 1:
-        return "ordered effects on several devices"
+        raise NotFast(_reasons.ORDERED_EFFECTS_ON_DEVICES)
     handlers = list(call.out_handler.handlers)
     if len(handlers) != compiled.out_tree.num_leaves:
-        return "outputs flatten differently for dispatch"
+        raise NotFast(_reasons.OUTPUTS_FLATTEN_DIFFERENTLY)
     # _in_shardings and in_avals list the kept inputs only, in order.
     return ExecutableParts(
         call.xla_executable.execute_sharded,
@@ -309,11 +329,11 @@ def executable_parts(compiled) -> ExecutableParts | str:
     )
 
 
-def scalar_devices(sharding) -> tuple | str:
+def scalar_devices(sharding) -> tuple:
     """The devices, in order, that a host input (a Python scalar, a numpy value)
     of this sharding goes to:
     this process's devices of the sharding (all of them in a one-process program);
-    or a str saying why the fast path cannot put it there.
+    NotFast says why the fast path cannot put it there.
 
     A scalar's sharding is replicated (the value is rank 0), over one device or
     many, and in a multi-process program over other processes' devices too;
@@ -321,10 +341,10 @@ def scalar_devices(sharding) -> tuple | str:
     ``pxla._shard_np_array`` does.  (Like jax, nothing checks that every process
     passed the same value.)"""
     if not sharding.is_fully_replicated:
-        return "host argument with a partitioned sharding"
+        raise NotFast(_reasons.HOST_ARGUMENT_PARTITIONED)
     devices = tuple(sharding._addressable_device_assignment)
     if not devices:
-        return "host argument on no device of this process"
+        raise NotFast(_reasons.HOST_ARGUMENT_ELSEWHERE)
     return devices
 
 

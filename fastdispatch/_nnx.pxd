@@ -1,6 +1,7 @@
-# The nnx.jit front end (flax NNX's jit, graph mode) over the dispatcher's engine.
-from fastdispatch._cache cimport CacheEntry, FunctionCache
-from fastdispatch._dispatch cimport CallTimes
+# The nnx.jit front end (flax NNX's jit, graph mode) of the engine.
+from fastdispatch._cache cimport CacheEntry
+from fastdispatch._engine cimport Call, CallTimes, Engine
+from fastdispatch._outputs cimport Outputs
 from fastdispatch._pytree cimport TreeDef
 from fastdispatch._signature cimport CallSignature
 
@@ -38,11 +39,11 @@ cdef class Input:
     cdef readonly Py_ssize_t slot_stop
 
 
-cdef class Record:
-    cdef Py_ssize_t nargs          # positional arguments of the calls it matches
-    cdef tuple kwnames             # their keyword names, in call order
+cdef class Record(Outputs):
+    cdef readonly Py_ssize_t nargs  # positional arguments of the calls it matches
+    cdef readonly tuple kwnames    # their keyword names, in call order
     cdef readonly tuple inputs     # Input per argument the executable takes, in its order
-    cdef tuple statics             # (position, value) of each static argument
+    cdef readonly tuple statics    # (position, value) of each static argument
     cdef readonly tuple guards     # Guard: the graph is the recorded one
     cdef readonly tuple slots      # per root leaf, in order: a Variable, or (owner, attribute)
     cdef CacheEntry entry          # the executable of this structure
@@ -52,17 +53,17 @@ cdef class Record:
 
     cdef bint matches(self, tuple args, dict kwargs) except -1
     cdef list gather(self, tuple args, dict kwargs)
-    cdef object scatter(self, list outputs)
     cdef int write(self, list outputs) except -1
 
 
-cdef class NnxJitFunction:
+cdef class NnxJitFunction(Engine):
     cdef readonly object flax_function  # flax's own nnx.jit of the function: misses and fallbacks
     cdef readonly object jitted         # its jax.jit (jax's own): the source of executables
     cdef readonly bint fast             # graph mode with graph updates, no sharding prefixes
-    cdef FunctionCache entries          # our part of the shared LRU
+    # fastdispatch.nnx.miss(function, args, kwargs, holding): flax's call, and
+    # the graph it left as plain data for a Record (or why none)
+    cdef object flax_miss
     cdef tuple records                  # Record, most recently used first
-    cdef str _span_name                 # its calls' span under jax.profiler
     # A call whose graph no record can serve (why not: `refusal`) leaves its
     # arguments' identities (`refused`, see _arguments_key).  Once the next
     # call on them is refused alike (`refusal_repeated`: a first call may
@@ -75,7 +76,5 @@ cdef class NnxJitFunction:
     cdef dict __dict__
     cdef object __weakref__
 
-    cdef object _call(self, tuple args, dict kwargs, CallTimes* times)
-    cdef object _miss(self, tuple args, dict kwargs, Record holding, CallTimes* times)
-    cdef object _fallback(self, tuple args, dict kwargs, str reason, CallTimes* times)
-    cdef object _run(self, Record record, tuple args, dict kwargs, list inputs, CallTimes* times)
+    cdef object _miss(self, Call* call, Record holding, CallTimes* times)
+    cdef CacheEntry _new_entry(self, object graph)

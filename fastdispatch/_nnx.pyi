@@ -4,6 +4,9 @@ import enum
 from collections.abc import Callable
 from typing import Any
 
+from fastdispatch._engine import Engine
+from fastdispatch._outputs import Outputs
+
 ARRAY_SLOT: object
 STATE_SLOT: object
 
@@ -48,23 +51,25 @@ class Input:
         slot_stop: int = 0,
     ) -> None: ...
 
-class Record:
+class Record(Outputs):
+    nargs: int
+    kwnames: tuple[str, ...]
+    statics: tuple[Any, ...]
     inputs: tuple[Input, ...]
     guards: tuple[Guard, ...]
     slots: tuple[Any, ...]
     num_slots: int
     def __init__(self, *args: Any) -> None: ...
-    def with_entry(
-        self, entry: Any, signature: Any, out_treedef: Any, inputs: tuple[Input, ...]
-    ) -> Record: ...
     def gather_now(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any] | None: ...
     def write_slots(self, outputs: list[Any]) -> None: ...
 
-class NnxJitFunction:
+class NnxJitFunction(Engine):
     flax_function: Any
     jitted: Any
     fast: bool
-    def __init__(self, flax_function: Any, jitted: Any, fast: bool) -> None: ...
+    def __init__(
+        self, flax_function: Any, jitted: Any, fast: bool, flax_miss: Callable[..., Any]
+    ) -> None: ...
     def __call__(self, *args: Any, **kwargs: Any) -> Any: ...
     def __get__(self, instance: Any, owner: Any) -> Any: ...
     lower: Callable[..., Any]  # flax's
@@ -78,13 +83,9 @@ def configure(
     raw_value: Any,
     metadata: Any,
     graph_context: Any,
-    miss: Callable[..., Any],
     flags_fields: Any,
     state_type: type,
 ) -> None: ...
 def raw_value(variable: Any) -> Any: ...
 def metadata(variable: Any) -> dict[str, Any]: ...
 def signature_of(treedef: Any, leaves: list[Any]) -> Any: ...
-def entry_for(
-    function: NnxJitFunction, signature: Any, compiled: Any, leaves: list[Any], donates: bool, seconds: float
-) -> tuple[Any, bool]: ...

@@ -29,17 +29,19 @@ from cpython.sequence cimport PySequence_Fast_ITEMS
 from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE
 
 from fastdispatch._cache cimport CacheEntry, CompiledFunctionCache
-from fastdispatch._dispatch cimport (
-    AT_END, AT_FOUND, AT_LAUNCHED, WATCH_CLOCK, CallTimes, begin_call, end_call, reached,
-    record_call, trace_context, trace_state_clean)
-from fastdispatch._execute cimport Delegate, make_executable
+from fastdispatch._clock cimport now_ns
+from fastdispatch._engine cimport (
+    AT_FOUND, Call, CallTimes, Engine, ended, reached, trace_context, trace_state_clean)
+from fastdispatch._execute cimport Executable, make_executable
+from fastdispatch._outputs cimport Outputs
 from fastdispatch._pytree cimport TreeDef, flatten_into
 from fastdispatch._signature cimport (
     CallSignature, LeafKind, LEAF_ARRAY, LEAF_HOST, classify_leaf, make_signature)
 from functools import partial as _partial
 
 from fastdispatch._cache import default_cache
-from fastdispatch import _jax
+from fastdispatch import _jax, _reasons
+from fastdispatch._reasons import NotFast
 
 cdef extern from "Python.h":
     dict PyObject_GenericGetDict(object o, void* context)
@@ -48,6 +50,11 @@ cdef extern from "Python.h":
     ctypedef struct _TypeWithDescr "PyTypeObject":
         descrgetfunc tp_descr_get
         descrsetfunc tp_descr_set
+
+cdef str _FLAX = "flax"
+cdef str _TRACER = _reasons.TRACER
+cdef str _NEW_GRAPH = _reasons.NEW_GRAPH
+cdef str _NOT_GRAPH_UPDATES = _reasons.NOT_GRAPH_UPDATES
 
 cdef object _ARRAY = _jax.ARRAY_TYPE
 cdef object _KEY_ARRAY = _jax.KEY_ARRAY_TYPE
@@ -68,14 +75,13 @@ cdef descrsetfunc _set_raw = NULL
 cdef object _metadata = None           # Variable._var_metadata, a slot
 cdef descrgetfunc _get_metadata = NULL
 cdef object _graph_context = None      # flax's thread-local GRAPH_CONTEXT
-cdef object _flax_miss = None          # fastdispatch.nnx.miss(function, args, kwargs)
 cdef tuple _flags_fields = ()          # PytreeState's flag slots, read for GUARD_FLAGS
 cdef object _state_type = None         # PytreeState
 
 
-def configure(raw_value, metadata, graph_context, miss, flags_fields, state_type):
+def configure(raw_value, metadata, graph_context, flags_fields, state_type):
     """Hand the hot path what it reads of flax (called once by fastdispatch.nnx)."""
-    global _raw_value, _get_raw, _set_raw, _metadata, _get_metadata, _graph_context, _flax_miss
+    global _raw_value, _get_raw, _set_raw, _metadata, _get_metadata, _graph_context
     global _flags_fields, _state_type
     _raw_value = raw_value
     _get_raw = (<_TypeWithDescr*>Py_TYPE(raw_value)).tp_descr_get
@@ -83,7 +89,6 @@ def configure(raw_value, metadata, graph_context, miss, flags_fields, state_type
     _metadata = metadata
     _get_metadata = (<_TypeWithDescr*>Py_TYPE(metadata)).tp_descr_get
     _graph_context = graph_context
-    _flax_miss = miss
     _flags_fields = tuple(flags_fields)
     _state_type = state_type
 
@@ -109,23 +114,6 @@ def signature_of(TreeDef treedef, list leaves):
 cdef CallSignature _signature_of(TreeDef treedef, list leaves, tuple context):
     cdef LeafKind refused = LEAF_ARRAY
     return make_signature(treedef, leaves, (), context, (), &refused)
-
-
-def entry_for(NnxJitFunction function, CallSignature signature, compiled, list leaves,
-              bint donates, double seconds):
-    """``(entry, new)``: the function's CacheEntry for ``signature``, made from
-    ``compiled`` (the executable flax's jax.jit just ran) when it is new."""
-    cdef CacheEntry entry = function.entries.entries.get(signature)
-    if entry is not None:
-        return entry, False
-    entry = function.entries.insert(signature)
-    try:
-        built = make_executable(compiled, signature, leaves, donates, False)
-    except BaseException as error:
-        function.entries.fail(entry, error)
-        raise
-    function.entries.complete(entry, built, seconds)
-    return entry, True
 
 
 cdef inline object _slot_read(object descriptor, descrgetfunc get, object owner):
@@ -231,9 +219,11 @@ cdef inline object _argument(object position, tuple args, dict kwargs):
     return <object>PyDict_GetItem(kwargs, position)
 
 
-cdef class Record:
+cdef class Record(Outputs):
     """A graph state a call left behind, proved again by its guards, and how
-    calls on it reach their executable and write back."""
+    calls on it reach their executable and write back: the Outputs of its
+    calls (the graph's new values go to their slots, the function's own
+    output is rebuilt)."""
 
     def __init__(self, Py_ssize_t nargs, tuple kwnames, tuple inputs, tuple statics, tuple guards,
                  tuple slots, CacheEntry entry, CallSignature signature, TreeDef out_treedef):
@@ -295,12 +285,6 @@ cdef class Record:
                     return None
         return leaves
 
-    def with_entry(self, CacheEntry entry, CallSignature signature, TreeDef out_treedef,
-                   tuple inputs):
-        """A Record of the same graph (guards, slots) for another executable."""
-        return Record(self.nargs, self.kwnames, inputs, self.statics, self.guards, self.slots,
-                      entry, signature, out_treedef)
-
     def gather_now(self, tuple args, dict kwargs):
         """The leaves a call with these arguments would feed the executable (or None)."""
         return self.gather(args, kwargs)
@@ -309,7 +293,7 @@ cdef class Record:
         """Write the roots' new values (the first outputs) into their slots."""
         self.write(outputs)
 
-    cdef object scatter(self, list outputs):
+    cdef object build(self, list outputs):
         """Write the roots' new values into their slots; return the function's output."""
         self.write(outputs)
         if self.out_treedef.num_nodes == 1 and self.out_treedef.num_leaves == 1:
@@ -347,36 +331,41 @@ cdef enum:
     MAX_RECORDS = 4
 
 
-cdef class NnxJitFunction:
+cdef class NnxJitFunction(Engine):
     """What ``fastdispatch.nnx.jit`` returns: flax's nnx.jit, called through the
     fast path when the call's graph is one a record proves."""
 
-    def __init__(self, flax_function, jitted, bint fast):
+    def __init__(self, flax_function, jitted, bint fast, flax_miss):
         self.flax_function = flax_function
         self.jitted = jitted
         self.fast = fast
+        self.flax_miss = flax_miss
         self.records = ()
-        self.entries = (<CompiledFunctionCache>default_cache()).function_cache(self, None)
-        self._span_name = f"FastDispatch({_jax.fun_name(flax_function.fun)})"
+        self.executables = (<CompiledFunctionCache>default_cache()).function_cache(self, None)
+        self.span_name = f"FastDispatch({_jax.fun_name(flax_function.fun)})"
+        self.library = _FLAX
 
     def __call__(self, *args, **kwargs):
-        cdef CallTimes times
-        span = begin_call(&times, self._span_name)
-        if span is None:
-            return self._call(args, kwargs, &times)
-        try:
-            return self._call(args, kwargs, &times)
-        finally:
-            end_call(&times, span)
+        cdef Call call
+        call.function = <PyObject*>self
+        call.args = <PyObject*>args
+        call.kwargs = <PyObject*>kwargs
+        call.argv = NULL
+        call.nargsf = 0
+        call.kwnames = NULL
+        return self.call(&call)
 
-    cdef object _call(self, tuple args, dict kwargs, CallTimes* times):
+    cdef object dispatch(self, Call* call, CallTimes* times):
+        """A record that proves the call's graph runs it; else flax's call."""
+        cdef tuple args = <tuple>call.args
+        cdef dict kwargs = <dict>call.kwargs
         cdef Record record
         cdef list inputs
         cdef Py_ssize_t i
         if not self.fast:
-            return self._fallback(args, kwargs, "not graph mode with graph updates", times)
+            return self.fallback(call, _NOT_GRAPH_UPDATES, times, None)
         if not trace_state_clean():
-            return self._fallback(args, kwargs, "tracer", times)
+            return self.fallback(call, _TRACER, times, None)
         # nnx.cached_partial hands its call a static cache of the graph's
         # traversal, for flax's update context to take; a call a record serves
         # traverses nothing, so the cache is taken here, and given back to
@@ -395,8 +384,8 @@ cdef class NnxJitFunction:
             if inputs is None:
                 continue
             holding = record
-            if not record.signature.matches_leaves(
-                    PySequence_Fast_ITEMS(inputs), PyList_GET_SIZE(inputs), context):
+            if not (record.signature.same_context(context) and record.signature.matches_leaves(
+                    PySequence_Fast_ITEMS(inputs), PyList_GET_SIZE(inputs))):
                 # Equal avals, other objects (values another executable made):
                 # the same executable; its own objects guard the next call.
                 signature = _signature_of(record.signature.treedef, inputs, context)
@@ -405,7 +394,7 @@ cdef class NnxJitFunction:
                 record.signature = signature
             if i:
                 self.records = (record,) + records[:i] + records[i + 1:]
-            return self._run(record, args, kwargs, inputs, times)
+            return self.run(call, record.entry, record, inputs, times)
         _graph_context.tmp_static_cache = static_cache
         if (holding is None and self.refusal_repeated
                 and self.refused == _arguments_key(args, kwargs)):
@@ -414,38 +403,36 @@ cdef class NnxJitFunction:
             # walked twice: costlier than flax's call itself).
             self.refusals += 1
             if self.refusals & 63:
-                return self._fallback(args, kwargs, self.refusal, times)
-        return self._miss(args, kwargs, holding, times)
+                return self.fallback(call, self.refusal, times, None)
+        return self._miss(call, holding, times)
 
-    cdef object _run(self, Record record, tuple args, dict kwargs, list inputs, CallTimes* times):
-        if times.watch:
-            reached(times, AT_FOUND, "launch")
-        self.entries.touch(record.entry)
-        outputs = record.entry.executable.run_flat(
-            inputs, &times.launched if times.watch & WATCH_CLOCK else NULL)
-        if type(outputs) is Delegate:
-            return self._fallback(args, kwargs, (<Delegate>outputs).reason, times)
-        if times.watch:
-            reached(times, AT_LAUNCHED, "write back")
-        out = record.scatter(outputs)
-        if times.watch:
-            reached(times, AT_END, None)
-            record_call(self, times, True, 0, None, record.entry.signature)
-        return out
-
-    cdef object _miss(self, tuple args, dict kwargs, Record holding, CallTimes* times):
+    cdef object _miss(self, Call* call, Record holding, CallTimes* times):
         """flax's split and jax.jit (a trace and a compile for a new structure);
         flax's merge, or, when ``holding``'s graph is the call's and the
-        executable keeps it, a write-back into its slots; then a new Record."""
-        if times.watch:
-            reached(times, AT_FOUND, "flax", "new graph")
+        executable keeps it, a write-back into its slots; then a new Record,
+        its executable an entry of the cache."""
+        cdef tuple args = <tuple>call.args
+        cdef dict kwargs = <dict>call.kwargs
+        reached(times, AT_FOUND, self.library, _NEW_GRAPH)
         try:
-            out, record, compiled, refusal = _flax_miss(self, args, kwargs, holding)
+            out, graph, refusal = self.flax_miss(self, args, kwargs, holding)
         except BaseException:
-            if times.watch:
-                reached(times, AT_END, None)
-                record_call(self, times, False, 0, "new graph", None)
+            ended(call, times, False, 0, _NEW_GRAPH, None)
             raise
+        cdef CacheEntry entry = None
+        cdef bint compiled = False
+        cdef Record record = None
+        if graph is not None:
+            entry = self.executables.find(graph.signature)
+            if entry is None:
+                entry = self._new_entry(graph)
+                compiled = True
+            if entry.executable is None:
+                refusal = entry.slow_reason
+            else:
+                record = Record(graph.nargs, graph.kwnames, graph.inputs, graph.statics,
+                                graph.guards, graph.slots, entry, graph.signature,
+                                graph.out_treedef)
         if record is not None:
             self.records = ((record,) + self.records)[:MAX_RECORDS]
             self.refused, self.refusal_repeated = None, False
@@ -453,31 +440,33 @@ cdef class NnxJitFunction:
             key = _arguments_key(args, kwargs)
             self.refusal_repeated = self.refused == key and self.refusal == refusal
             self.refused, self.refusal, self.refusals = key, refusal, 0
-        if times.watch:
-            reached(times, AT_END, None)
-            signature = (<Record>record).entry.signature if record is not None else None
-            record_call(self, times, False, times.end - times.found if compiled else 0,
-                        None if compiled else "new graph", signature)
+        ended(call, times, False, now_ns() - times.found if compiled else 0,
+              None if compiled else _NEW_GRAPH, entry.signature if record is not None else None)
         return out
 
-    cdef object _fallback(self, tuple args, dict kwargs, str reason, CallTimes* times):
-        if times.watch:
-            reached(times, AT_FOUND, "flax", reason)   # flax's and jax's own spans nest inside
+    cdef CacheEntry _new_entry(self, object graph):
+        """The entry of the executable flax's jax.jit just compiled for ``graph``."""
+        cdef Executable executable = None
+        reason = None
         try:
-            return self.flax_function(*args, **kwargs)
-        finally:
-            if times.watch:
-                reached(times, AT_END, None)
-                record_call(self, times, False, 0, reason, None)
+            executable = make_executable(graph.compiled, graph.signature, graph.leaves,
+                                         graph.donates, False)
+        except NotFast as refusal:
+            reason = refusal.reason
+        return self.entry_for(graph.signature, executable, reason, graph.seconds)
+
+    cdef object slow_call(self, Call* call):
+        """flax's own nnx.jit call."""
+        return self.flax_function(*<tuple>call.args, **<dict>call.kwargs)
 
     def clear_cache(self):
         """Forget the records and executables (flax's jit keeps its own traces)."""
         self.records = ()
         self.refused, self.refusal_repeated = None, False
-        self.entries.clear()
+        self.executables.clear()
 
     def _cache_size(self):
-        return len(self.entries)
+        return len(self.executables)
 
     def _records(self):
         return list(self.records)

@@ -56,10 +56,11 @@ cdef class CallSignature:
     # committed objects (no __eq__ called on them).
     cdef bint matches_call(self, TreeDef treedef, list leaves, tuple static_args,
                            tuple context)
-    # The same guard on leaves taken straight from a call's argument array
-    # (see _dispatch.CallLayout): no flattening, same structure by construction.
-    # context None: the leaves only (for a call jax.jit runs whatever the context).
-    cdef bint matches_leaves(self, PyObject** leaves, Py_ssize_t n, tuple context)
+    # The same guard on the leaves alone, taken straight from a call's
+    # argument array (see _dispatch.CallLayout) or a graph's slots (_nnx):
+    # the structure is the same by construction; jax's context is compared
+    # by same_context.
+    cdef bint matches_leaves(self, PyObject** leaves, Py_ssize_t n)
     # jax's context at a call is this signature's.
     cdef bint same_context(self, tuple context) except -1
 

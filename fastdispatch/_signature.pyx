@@ -49,7 +49,7 @@ cdef str _KEY_BUFFER = sys.intern(_jax.KEY_BUFFER_ATTR)
 cdef str _KEY_IMPL = sys.intern(_jax.KEY_IMPL_ATTR)
 
 
-cdef inline LeafKind _kind_of(object leaf):
+cdef LeafKind classify_leaf(object leaf):
     leaf_type = type(leaf)
     if leaf_type is _ARRAY:
         return LEAF_ARRAY
@@ -63,10 +63,6 @@ cdef inline LeafKind _kind_of(object leaf):
     if isinstance(leaf, _TRACER):
         return LEAF_TRACER
     return LEAF_OTHER
-
-
-cdef LeafKind classify_leaf(object leaf):
-    return _kind_of(leaf)
 
 
 cdef str _NUMERIC_KINDS = "biufc"   # bool, signed and unsigned int, float, complex
@@ -317,11 +313,9 @@ cdef class CallSignature:
                 return False
         return True
 
-    cdef bint matches_leaves(self, PyObject** leaves, Py_ssize_t n, tuple context):
+    cdef bint matches_leaves(self, PyObject** leaves, Py_ssize_t n):
         cdef Py_ssize_t i
         if n != self.num_leaves:
-            return False
-        if context is not None and not _same_tuple(context, self.context):
             return False
         for i in range(n):
             if not _leaf_matches(<object>leaves[i], &self.keys[i]):
@@ -368,7 +362,7 @@ cdef CallSignature make_signature(TreeDef treedef, list leaves, tuple static_arg
     cdef Py_uhash_t h = hash_mix(XXPRIME_5, <Py_uhash_t>hash(treedef))
     for i in range(n):
         leaf = <object>PyList_GET_ITEM(leaves, i)
-        kind = _kind_of(leaf)
+        kind = classify_leaf(leaf)
         if kind > LEAF_HOST:
             refused[0] = kind
             return None

@@ -36,6 +36,7 @@ from __future__ import annotations
 import functools
 import time
 import warnings
+from typing import NamedTuple
 
 import jax
 from flax.nnx import extract as _extract
@@ -46,8 +47,9 @@ from flax.nnx import variablelib as _variablelib
 from flax.nnx.transforms import compilation as _compilation
 from flax.typing import MISSING
 
-from fastdispatch import _dispatch, _jax, _nnx, _pytree
-from fastdispatch._nnx import ARRAY_SLOT, STATE_SLOT, Guard, Input, NnxJitFunction, Record
+from fastdispatch import _dispatch, _jax, _nnx, _pytree, _reasons
+from fastdispatch._nnx import ARRAY_SLOT, STATE_SLOT, Guard, Input, NnxJitFunction
+from fastdispatch._reasons import NotFast
 
 __all__ = ["NnxJitFunction", "jit"]
 
@@ -103,7 +105,7 @@ def jit(
     # calls use jax's own, so that each call is recorded once, as this function's.
     flax_function.jitted_fn = _dispatch.jax_function(flax_function.jitted_fn)
     fast = type(flax_function) is _compilation.JitWrapped and in_shardings is None and out_shardings is None
-    function = NnxJitFunction(flax_function, flax_function.jitted_fn if fast else None, fast)
+    function = NnxJitFunction(flax_function, flax_function.jitted_fn if fast else None, fast, miss)
     functools.update_wrapper(function, fun)
     return function
 
@@ -117,9 +119,9 @@ def miss(function, args, kwargs, holding):
     when ``holding`` (a Record) proves the call's graph is the recorded one and
     the executable keeps the graph, a write-back into that record's slots, which
     leaves the graph's objects (and every record of them) as they are.  Returns
-    ``(output, record or None, compiled, refusal)``: a Record for the next call
-    on the graph left behind, whether the executable is new to the cache, and
-    why no record could be made (None when one was)."""
+    ``(output, graph, refusal)``: a Graph (plain data) from which the engine
+    makes the entry and the Record for the next call on the graph left behind,
+    or None and why no record can be made."""
     flax_function = function.flax_function
     with _graphlib.update_context(flax_function):
         before = flax_function._get_pure_args_kwargs(args, kwargs)
@@ -133,14 +135,29 @@ def miss(function, args, kwargs, holding):
         else:
             out = flax_function._get_non_pure_out(*outputs)
     try:
-        record, compiled = _record(function, args, kwargs, before, seconds, holding if kept else None)
-    except _NotRecorded as refusal:
-        return out, None, False, str(refusal)
-    return out, record, compiled, None
+        graph = _graph(function, args, kwargs, before, seconds, holding if kept else None)
+    except NotFast as refusal:
+        return out, None, refusal.reason
+    return out, graph, None
 
 
-class _NotRecorded(Exception):
-    """The graph after this call is not one the fast path can run on."""
+class Graph(NamedTuple):
+    """What a Record is made of, as a flax call left it: how calls on the graph
+    are laid out, proved (guards), read and written (slots), and the
+    executable flax's jax.jit compiled for it, with what makes its entry."""
+
+    nargs: int
+    kwnames: tuple
+    inputs: tuple  # Input per argument the executable takes
+    statics: tuple  # (position, value) per static argument
+    guards: tuple
+    slots: tuple
+    out_treedef: object  # the function's own output structure (our TreeDef)
+    signature: object  # the CallSignature of the graph's leaves
+    compiled: object  # the jax.stages.Compiled flax's jax.jit ran
+    leaves: list  # the executable's inputs on this call
+    donates: bool
+    seconds: float  # flax's call: trace, lower, compile and run
 
 
 def _keeps_graph(outputs, before, record):
@@ -165,9 +182,10 @@ def _split(flax_function, args, kwargs):
         return flax_function._get_pure_args_kwargs(args, kwargs)
 
 
-def _record(function, args, kwargs, before, seconds, holding):
-    """The Record of the graph this call left, for the executable it ran;
-    ``holding``: the record of the same graph, when the call kept it."""
+def _graph(function, args, kwargs, before, seconds, holding):
+    """The Graph this call left, for the executable it ran; ``holding``: the
+    record of the same graph, when the call kept it.  NotFast when the fast
+    path cannot run calls on it."""
     resolved = _jax.resolved_arguments(function.jitted)
     statics = {i % len(args) if -len(args) <= i < len(args) else i for i in resolved.static_argnums}
     statics |= set(resolved.static_argnames)
@@ -181,7 +199,7 @@ def _record(function, args, kwargs, before, seconds, holding):
         compiled.out_tree, [_Placeholder(i) for i in range(compiled.out_tree.num_leaves)]
     )
     if _holds_node_states(outputs[2]):
-        raise _NotRecorded("the function returns graph nodes")
+        raise NotFast(_reasons.RETURNS_GRAPH_NODES)
 
     positions = [i for i in range(len(args)) if i not in statics]
     positions += sorted(name for name in kwargs if name not in statics)
@@ -193,12 +211,12 @@ def _record(function, args, kwargs, before, seconds, holding):
         ]
         leaves = holding.gather_now(args, kwargs)
         if leaves is None:
-            raise _NotRecorded("an argument's structure changed")
+            raise NotFast(_reasons.ARGUMENT_STRUCTURE_CHANGED)
     else:
         after = _split(function.flax_function, args, kwargs)
         leaves, treedef_after = _dynamic_leaves(after, statics)
         if treedef_after != treedef:
-            raise _NotRecorded("the call changed the graph")
+            raise NotFast(_reasons.CALL_CHANGED_GRAPH)
         roots, inputs = [], []
         for position in positions:
             argument = args[position] if type(position) is int else kwargs[position]
@@ -206,12 +224,12 @@ def _record(function, args, kwargs, before, seconds, holding):
             if _graphlib.is_graph_node(argument):
                 out = (outputs[0] if type(position) is int else outputs[1])[position]
                 if not isinstance(pure, _NodeStates) or not isinstance(out, _NodeStates):
-                    raise _NotRecorded("a graph argument flax does not split as a node")
+                    raise NotFast(_reasons.NOT_SPLIT_AS_NODE)
                 if out.graphdef != pure.graphdef.with_same_outer_index():
-                    raise _NotRecorded("the executable changes the graph")
+                    raise NotFast(_reasons.EXECUTABLE_CHANGES_GRAPH)
                 roots.append((position, argument, pure))
             elif _holds_node_states(pure):
-                raise _NotRecorded("graph nodes inside a container argument")
+                raise NotFast(_reasons.NODES_IN_CONTAINER)
             else:
                 inputs.append(_plain_input(position, args, kwargs))
         root_slots, guards = _slots_and_guards(roots)
@@ -221,29 +239,31 @@ def _record(function, args, kwargs, before, seconds, holding):
 
     signature = _nnx.signature_of(treedef, leaves)
     if signature != _nnx.signature_of(treedef, leaves_before):
-        raise _NotRecorded("the call changed its arguments' shapes")
+        raise NotFast(_reasons.CALL_CHANGED_SHAPES)
     out_leaves, out_treedef = _pytree.flatten(outputs[2])
     if len(slots) + len(out_leaves) != compiled.out_tree.num_leaves:
-        raise _NotRecorded("outputs that are not the graph's leaves and the function's")
+        raise NotFast(_reasons.OUTPUTS_NOT_GRAPH_LEAVES)
     donates = bool(resolved.donate_argnums or resolved.donate_argnames)
-    entry, compiled_now = _nnx.entry_for(function, signature, compiled, leaves, donates, seconds)
-    if not entry.is_fast:
-        raise _NotRecorded(entry.slow_reason)
     if holding is not None:
-        return holding.with_entry(entry, signature, out_treedef, tuple(inputs)), compiled_now
-    present = [s for s in statics if (type(s) is int and s < len(args)) or (type(s) is str and s in kwargs)]
-    record = Record(
-        len(args),
-        tuple(kwargs),
+        nargs, kwnames, statics = holding.nargs, holding.kwnames, holding.statics
+    else:
+        nargs, kwnames = len(args), tuple(kwargs)
+        present = [s for s in statics if s in kwargs or (type(s) is int and s < len(args))]
+        statics = tuple((s, args[s] if type(s) is int else kwargs[s]) for s in present)
+    return Graph(
+        nargs,
+        kwnames,
         tuple(inputs),
-        tuple((s, args[s] if type(s) is int else kwargs[s]) for s in present),
+        statics,
         tuple(guards),
         slots,
-        entry,
-        signature,
         out_treedef,
+        signature,
+        compiled,
+        leaves,
+        donates,
+        seconds,
     )
-    return record, compiled_now
 
 
 def _plain_input(position, args, kwargs):
@@ -298,19 +318,19 @@ def _slots_and_guards(roots):
             if isinstance(leaf, _Variable):
                 _check_variable(leaf)
                 if _nnx.raw_value(leaf) is not raw:
-                    raise _NotRecorded("a Variable's value is not the split's")
+                    raise NotFast(_reasons.VALUE_NOT_SPLIT)
                 root_slots.append(leaf)
             else:
                 owner = argument
                 for key in path[:-1]:
                     owner = _graphlib.get_node_impl(owner).node_dict(owner)[key]
                 if not isinstance(_graphlib.get_node_impl(owner), _graphlib.GraphNodeImpl):
-                    raise _NotRecorded("an array inside a container of the graph")
+                    raise NotFast(_reasons.ARRAY_IN_CONTAINER)
                 if vars(owner).get(path[-1]) is not raw:
-                    raise _NotRecorded("an array attribute that is not the split's")
+                    raise NotFast(_reasons.ATTRIBUTE_NOT_SPLIT)
                 root_slots.append((owner, path[-1]))
         if len(root_slots) != len(pure.states[0]):
-            raise _NotRecorded("leaves that are neither Variables nor array attributes")
+            raise NotFast(_reasons.OTHER_LEAVES)
         slots.append((position, tuple(root_slots)))
     return slots, _guards([argument for _, argument, _ in roots])
 
@@ -318,9 +338,9 @@ def _slots_and_guards(roots):
 def _check_variable(variable):
     metadata = _nnx.metadata(variable)
     if metadata.get("hijax") or metadata.get("ref"):
-        raise _NotRecorded("a hijax or ref Variable")
+        raise NotFast(_reasons.REF_VARIABLE)
     if type(_nnx.raw_value(variable)) not in _ARRAY_TYPES:
-        raise _NotRecorded("a Variable whose value is not a jax array")
+        raise NotFast(_reasons.VALUE_NOT_ARRAY)
     variable._check_can_update()
 
 
@@ -337,7 +357,7 @@ def _guards(roots):
             guards.append(Guard(_nnx.GuardKind.GUARD_VARIABLE, x, type(x), expected=dict(_nnx.metadata(x))))
             return
         if _variablelib.is_array_ref(x):
-            raise _NotRecorded("an array ref in the graph")
+            raise NotFast(_reasons.ARRAY_REF)
         kind = type(x)
         impl = _graphlib.get_node_impl(x)
         if isinstance(impl, _graphlib.GraphNodeImpl):
@@ -367,12 +387,12 @@ def _guards(roots):
             for value in x:
                 visit(value)
         elif kind is _pytreelib.PytreeState:
-            raise _NotRecorded("a PytreeState outside its node")
+            raise NotFast(_reasons.STATE_OUTSIDE_NODE)
         elif issubclass(kind, tuple):  # immutable: its children only
             for value in x:
                 visit(value)
         elif impl is not None:
-            raise _NotRecorded(f"a {kind.__name__} container in the graph")
+            raise NotFast(_reasons.OTHER_CONTAINER, kind.__name__)
         # anything else is a leaf or a static value: its parent's guard holds it
 
     for root in roots:
@@ -400,7 +420,6 @@ _nnx.configure(
     _Variable._raw_value,
     _Variable._var_metadata,
     _graphlib.GRAPH_CONTEXT,
-    miss,
     _FLAGS,
     _pytreelib.PytreeState,
 )

@@ -57,9 +57,9 @@ class RecordingSink:
 @pytest.fixture
 def sink():
     """Every call of every front end, recorded while the test runs."""
-    from fastdispatch import _dispatch
+    from fastdispatch import _engine
 
     recording = RecordingSink()
-    _dispatch.set_trace_sink(recording)
+    _engine.set_trace_sink(recording)
     yield recording
-    _dispatch.set_trace_sink(None)
+    _engine.set_trace_sink(None)

@@ -23,7 +23,7 @@ from __future__ import annotations
 import contextlib
 import threading
 
-from fastdispatch import _dispatch
+from fastdispatch import _engine
 from fastdispatch.tracing.recorder import Trace
 from fastdispatch.tracing.report import compile_count_message
 
@@ -52,7 +52,7 @@ def _install():
         sink = _active[0]
     else:
         sink = _FanOut(_active)
-    _dispatch.set_trace_sink(sink)
+    _engine.set_trace_sink(sink)
 
 
 def start(max_events=100_000):

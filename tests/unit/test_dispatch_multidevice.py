@@ -11,7 +11,7 @@ def check_sharded_calls_are_fast():
     from jax.sharding import PartitionSpec as P
 
     import fastdispatch
-    from fastdispatch import _dispatch
+    from fastdispatch import _engine
 
     class Sink:
         def __init__(self):
@@ -33,7 +33,7 @@ def check_sharded_calls_are_fast():
     y = jax.device_put(jnp.ones(3), jax.devices()[5])
 
     sink = Sink()
-    _dispatch.set_trace_sink(sink)
+    _engine.set_trace_sink(sink)
     try:
         for _ in range(3):
             doubled = by_input(x)
@@ -41,7 +41,7 @@ def check_sharded_calls_are_fast():
             moved = on_device(y)
             halved = scaled(x, 0.5)
     finally:
-        _dispatch.set_trace_sink(None)
+        _engine.set_trace_sink(None)
     assert sink.fallbacks == [None] * 12, sink.fallbacks
     assert doubled.sharding.is_equivalent_to(jax.jit(lambda a: a * 2)(x).sharding, 2)
     assert product.sharding == grid

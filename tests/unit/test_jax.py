@@ -17,6 +17,7 @@ import pytest
 from subprocess_util import run_in_subprocess
 
 from fastdispatch import _jax
+from fastdispatch._reasons import NotFast
 
 
 def compiled_for(fun, *args, **kwargs):
@@ -112,6 +113,13 @@ def test_executable_parts_run_the_executable():
     np.testing.assert_array_equal(result["sum"], np.array([2.0, 3.0, 4.0]))
 
 
+def test_compiled_memory_bytes_counts_arguments_and_outputs():
+    small = _jax.executable_parts(compiled_for(lambda a: a * 2, jnp.ones(4)))
+    large = _jax.executable_parts(compiled_for(lambda a: a * 2, jnp.ones(4096)))
+    assert 0 < _jax.compiled_memory_bytes(small.execute) < _jax.compiled_memory_bytes(large.execute)
+    assert _jax.compiled_memory_bytes(len) is None
+
+
 def test_executable_parts_prune_unused_arguments():
     x = jnp.ones(2)
     compiled = compiled_for(lambda a, b: a * 2, x, x)
@@ -193,8 +201,9 @@ def test_transfer_guard_reads_and_explicit_scope():
 
 def test_executable_parts_refuse_debug_nans():
     compiled = compiled_for(lambda x: x * 2, jnp.ones(2))
-    with jax.debug_nans(True):
-        assert _jax.executable_parts(compiled) == "debug_nans or debug_infs"
+    with jax.debug_nans(True), pytest.raises(NotFast) as refused:
+        _jax.executable_parts(compiled)
+    assert refused.value.reason == "debug_nans or debug_infs"
 
 
 def test_key_aval_text_names_impl_and_shape():
@@ -338,7 +347,12 @@ def check_scalar_devices_on_a_mesh():
     outputs = _jax.consume_with_handlers(parts.execute([x, three]), parts.out_handlers)
     np.testing.assert_array_equal(outputs[0], np.arange(8.0) * 3)
     assert outputs[0].sharding == jax.jit(lambda v, s: v * s)(x, 3.0).sharding
-    assert _jax.scalar_devices(NamedSharding(mesh, P("a"))) == "host argument with a partitioned sharding"
+    try:
+        _jax.scalar_devices(NamedSharding(mesh, P("a")))
+    except NotFast as refused:
+        assert refused.reason == "host argument with a partitioned sharding"
+    else:
+        raise AssertionError("a partitioned sharding was accepted")
 
 
 def test_scalar_devices_and_put_host_on_a_mesh():

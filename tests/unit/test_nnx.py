@@ -262,13 +262,13 @@ class History(nnx.Module):
 
 def test_a_graph_no_record_serves_goes_to_flax_without_retrying_each_call(sink, monkeypatch):
     attempts = []
-    record = fnnx._record
+    graph = fnnx._graph
 
     def counted(*args, **kwargs):
         attempts.append(1)
-        return record(*args, **kwargs)
+        return graph(*args, **kwargs)
 
-    monkeypatch.setattr(fnnx, "_record", counted)
+    monkeypatch.setattr(fnnx, "_graph", counted)
     model, reference = History(nnx.Rngs(0)), History(nnx.Rngs(0))
     jitted, flax_jitted = fnnx.jit(forward), nnx.jit(forward)
     for _ in range(130):

@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import pytest
 
 import fastdispatch
-from fastdispatch import _dispatch, tracing
+from fastdispatch import _engine, tracing
 from fastdispatch.tracing import recorder
 from fastdispatch.tracing.explain import describe, explain_change
 from fastdispatch.tracing.recorder import PHASES, Trace
@@ -42,11 +42,11 @@ class _Capture:
 def signature_of(fun, *args, jit_options=None, **kwargs):
     """The CallSignature fastdispatch.jit(fun) keys this call with."""
     capture = _Capture()
-    _dispatch.set_trace_sink(capture)
+    _engine.set_trace_sink(capture)
     try:
         fastdispatch.jit(fun, **(jit_options or {}))(*args, **kwargs)
     finally:
-        _dispatch.set_trace_sink(None)
+        _engine.set_trace_sink(None)
     return capture.signature
 
 
@@ -366,7 +366,7 @@ def test_a_live_function_keeps_no_finished_trace_alive():
 def sinks(monkeypatch):
     """Captures what trace() installs as the dispatcher's sink."""
     installed = []
-    monkeypatch.setattr(_dispatch, "set_trace_sink", installed.append)
+    monkeypatch.setattr(_engine, "set_trace_sink", installed.append)
     return installed
 
 

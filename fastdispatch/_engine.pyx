@@ -1,0 +1,308 @@
+# cython: boundscheck=False, wraparound=False
+"""The engine: the steps between a front end and the cache, written once.
+
+Every front end (``jit``, ``filter_jit``, ``nnx.jit``) is an Engine.  A call
+takes these steps, in this order:
+
+  call       the watchers (--trace's clock, jax.profiler's spans) are read
+             once, and the call's span opens
+  dispatch   the front end's own: jax's state, its guard, the call's leaves
+             and static parts (flatten, bind, split the graph)
+  lookup     the guard against the previous call's own signature, else a
+             CallSignature looked up in the function's cache
+  compile    a miss: one thread runs the call the front end's library's way
+             (``slow_call``: jax.jit, equinox's filter_jit, flax's nnx.jit) and
+             takes its executable (``build``); other threads wait on the entry
+  run        a hit: the entry's Executable on the leaves, the outputs rebuilt
+             by the entry's Outputs; the post hook (``returned``)
+  fallback   whatever the fast path does not run, the library's own call runs,
+             with the reason recorded (reasons: fastdispatch._reasons)
+
+A front end is one Engine subclass that supplies its hooks: ``dispatch``,
+``slow_call``, ``build`` and, where it guards more than the signature,
+``remember`` and ``handed_off``; ``returned`` for a post hook.
+"""
+from cpython.object cimport PyObject
+from cpython.ref cimport Py_INCREF, Py_XDECREF
+
+from fastdispatch._cache cimport CacheEntry
+from fastdispatch._clock cimport now_ns
+from fastdispatch._execute cimport Delegate, Executable
+from fastdispatch._outputs cimport Outputs
+from fastdispatch._pytree cimport TreeDef
+from fastdispatch._signature cimport CallSignature, LeafKind, LEAF_HOST, LEAF_TRACER, make_signature
+from fastdispatch import _jax
+from fastdispatch import _reasons
+from fastdispatch._reasons import NotFast
+
+cdef object _trace_context = _jax.trace_context
+cdef object _trace_state = _jax.TRACE_STATE
+cdef object _clean_trace_state = _jax.CLEAN_TRACE_STATE
+cdef object _slow_path_reason = _jax.slow_path_reason
+
+cdef str _TRACER = _reasons.TRACER
+cdef str _UNSUPPORTED_LEAF = _reasons.UNSUPPORTED_LEAF
+cdef str _STATIC_ARGUMENT_ERROR = _reasons.STATIC_ARGUMENT_ERROR
+cdef str _COMPILE_ERROR = _reasons.COMPILE_ERROR
+cdef str _NOT_REUSABLE = _reasons.EXECUTABLE_NOT_REUSABLE
+
+# The trace sink (fastdispatch.tracing) while tracing is on, else None: the
+# one flag a call checks for --trace.
+cdef object _trace_sink = None
+
+# jax.profiler: is a capture running?  One call of jaxlib's static
+# TraceMe.is_enabled (an atomic load in C++), ~5 ns from here, per call
+# (docs/performance.md).  Spans begin when made and end at __exit__.
+cdef object _profiling = _jax.TRACE_ME.is_enabled
+cdef object _TraceMe = _jax.TRACE_ME
+cdef object _end_span = _jax.TRACE_ME.__exit__
+
+
+def set_trace_sink(sink):
+    """Send every call's timings to ``sink.record(...)``; None stops it."""
+    global _trace_sink
+    _trace_sink = sink
+
+
+cdef bint trace_state_clean() noexcept:
+    return _trace_state.value is _clean_trace_state
+
+
+cdef tuple trace_context():
+    return _trace_context()
+
+
+cdef int stamp(CallTimes* times, Stage stage, str next_phase, str reason) except -1:
+    """``reached`` with a watcher on: with --trace, every stamp up to ``stage``
+    not taken yet is taken now (so stamps never go backwards); under
+    jax.profiler, the open phase's span ends and ``next_phase``'s begins, with
+    the fallback ``reason`` as its metadata."""
+    cdef long long now
+    if times.watch & WATCH_CLOCK:
+        now = now_ns()
+        if times.start == 0:
+            times.start = now
+        if stage >= AT_FLATTENED and times.flattened == 0:
+            times.flattened = now
+        if stage >= AT_KEYED and times.keyed == 0:
+            times.keyed = now
+        if stage >= AT_FOUND and times.found == 0:
+            times.found = now
+        if stage >= AT_LAUNCHED and times.launched == 0:
+            times.launched = now
+        if stage >= AT_END and times.end == 0:
+            times.end = now
+    if times.watch & WATCH_SPANS:
+        _end_phase(times)
+        if next_phase is not None:
+            span = _TraceMe(next_phase) if reason is None else _TraceMe(next_phase, reason=reason)
+            Py_INCREF(span)
+            times.span = <PyObject*>span
+    return 0
+
+
+cdef int stamp_end(Call* call, CallTimes* times, bint hit, long long compile_ns, str reason,
+                   CallSignature signature) except -1:
+    """``ended`` with a watcher on: the last stamp, the last span closed, and
+    with --trace the call's one trace event, handed to the sink."""
+    stamp(times, AT_END, None, None)
+    sink = _trace_sink
+    if times.watch & WATCH_CLOCK and sink is not None:
+        sink.record(
+            <object>call.function,
+            (times.start, times.flattened, times.keyed, times.found, times.launched, times.end),
+            hit, compile_ns, reason, signature)
+    return 0
+
+
+cdef int _end_phase(CallTimes* times) except -1:
+    cdef PyObject* span = times.span
+    if span != NULL:
+        times.span = NULL
+        try:
+            _end_span(<object>span, None, None, None)
+        finally:
+            Py_XDECREF(span)
+    return 0
+
+
+cdef inline void _start_watch(CallTimes* times):
+    times.start = times.flattened = times.keyed = times.found = 0
+    times.launched = times.end = 0
+    times.span = NULL
+    times.watch = WATCH_CLOCK if _trace_sink is not None else 0
+    if _profiling():
+        times.watch |= WATCH_SPANS
+
+
+cdef class PreviousCall:
+    """The guard's guess for the next call: the previous call's entry, its own
+    signature (the very aval and sharding objects it held), and what else the
+    front end guards it by.  One object, replaced whole, so that a thread
+    never pairs one call's entry with another's signature."""
+
+
+cdef class Engine:
+    """One function's fast path: the steps of a call, with a front end's hooks."""
+
+    cdef object call(self, Call* call):
+        """Every call: which watchers are on, then the front end's dispatch."""
+        cdef CallTimes times
+        _start_watch(&times)
+        if not times.watch:
+            return self.dispatch(call, &times)
+        if not times.watch & WATCH_SPANS:
+            times.start = now_ns()
+            return self.dispatch(call, &times)
+        span = _TraceMe(self.span_name)
+        stamp(&times, AT_START, "flatten", None)
+        try:
+            return self.dispatch(call, &times)
+        finally:
+            try:
+                _end_phase(&times)   # still open when the call raised
+            finally:
+                _end_span(span, None, None, None)
+
+    cdef object lookup(self, Call* call, TreeDef treedef, list leaves, tuple static_args,
+                       tuple context, tuple arg_names, object front, CallTimes* times):
+        """The call's leaves and static parts are known: its entry, by the
+        guard or the cache; a miss compiles, a call another thread compiles
+        waits for it."""
+        reached(times, AT_FLATTENED, "signature")
+        # The guard compares with the previous call's own objects, not the
+        # entry's: a training loop feeds back outputs whose avals differ (by
+        # identity) from those of the arrays it was first called with.
+        cdef PreviousCall previous = self.previous
+        if (previous is not None and not previous.entry.evicted
+                and previous.signature.matches_call(treedef, leaves, static_args, context)):
+            return self.run(call, previous.entry, previous.entry.finish, leaves, times)
+
+        cdef CallSignature signature
+        cdef LeafKind refused = LEAF_HOST
+        try:
+            signature = make_signature(treedef, leaves, static_args, context, arg_names,
+                                       &refused, front)
+        except Exception:
+            # An unhashable static argument: the library raises jax's error.
+            return self.fallback(call, _STATIC_ARGUMENT_ERROR, times, None)
+        if signature is None:
+            return self.fallback(
+                call, _TRACER if refused == LEAF_TRACER else _UNSUPPORTED_LEAF, times, None)
+        reached(times, AT_KEYED, "lookup")
+        cdef CacheEntry entry
+        try:
+            entry = self.executables.find(signature)
+        except Exception:
+            # A static argument's __eq__ raised: the library reports it its way.
+            return self.fallback(call, _STATIC_ARGUMENT_ERROR, times, signature)
+        if entry is None:
+            reason = _slow_path_reason()
+            if reason is not None:
+                return self.fallback(call, reason, times, signature)
+            entry = self.executables.insert(signature)
+            return self.compile(call, entry, leaves, times)
+        entry.wait(<object>call.function)
+        self.remember(call, entry, signature)
+        return self.run(call, entry, entry.finish, leaves, times)
+
+    cdef object run(self, Call* call, CacheEntry entry, object finish, object leaves,
+                    CallTimes* times):
+        """A hit: the entry's executable runs on the leaves, ``finish`` (an
+        Outputs) rebuilds the result; or the library runs an entry it must."""
+        self.executables.touch(entry)
+        if entry.executable is None:
+            # An entry the library runs (numpy arguments, effects): still a
+            # hit, found by the guard, so the hand-off costs as little as it can.
+            self.handed_off(call, entry, entry.slow_reason)
+            return self.fallback(call, entry.slow_reason, times, entry.signature)
+        reached(times, AT_FOUND, "launch")
+        outputs = entry.executable.run(
+            leaves, &times.launched if times.watch & WATCH_CLOCK else NULL)
+        if type(outputs) is Delegate:
+            self.handed_off(call, entry, (<Delegate>outputs).reason)
+            return self.fallback(call, (<Delegate>outputs).reason, times, entry.signature)
+        out = (<Outputs>finish).build(outputs)
+        ended(call, times, True, 0, None, entry.signature)
+        return self.returned(call, out)
+
+    cdef object compile(self, Call* call, CacheEntry entry, list leaves, CallTimes* times):
+        """A miss, on the one thread that compiles this signature: the library
+        runs the call (tracing, compiling, converting, donating, warning and
+        failing as it does), then ``build`` takes its executable (from jax's
+        caches: ~0.2 ms)."""
+        reached(times, AT_FOUND, "compile")   # the library's own spans nest inside
+        cdef long long began = now_ns()
+        try:
+            out = self.slow_call(call)
+        except BaseException as error:
+            self.executables.fail(entry, error)
+            ended(call, times, False, now_ns() - began, _COMPILE_ERROR, entry.signature)
+            raise
+        cdef long long compiled_at = now_ns()
+        reached(times, AT_LAUNCHED, "build entry")
+        executable = finish = reason = None
+        try:
+            executable, finish = self.build(call, entry, leaves, out)
+        except NotFast as refusal:
+            reason = refusal.reason
+            entry.slow_detail = refusal.detail
+        except Exception as error:
+            reason = _NOT_REUSABLE
+            entry.slow_detail = repr(error)
+        self.executables.complete(entry, executable, finish, reason, (compiled_at - began) / 1e9)
+        self.remember(call, entry, entry.signature)
+        ended(call, times, False, compiled_at - began, entry.slow_reason, entry.signature)
+        return self.returned(call, out)
+
+    cdef object fallback(self, Call* call, str reason, CallTimes* times,
+                         CallSignature signature):
+        """The one hand-off: the library runs the call as the caller made it."""
+        reached(times, AT_FOUND, self.library, reason)   # the library's own spans nest inside
+        try:
+            out = self.slow_call(call)
+        finally:
+            # Recorded also when the library raises: the report counts the hand-off.
+            ended(call, times, False, 0, reason, signature)
+        return self.returned(call, out)
+
+    cdef CacheEntry entry_for(self, CallSignature signature, Executable executable, str reason,
+                              double seconds):
+        """The entry for ``signature``: a new one holding ``executable`` (or
+        ``reason``) when there is none, for a front end whose library compiled
+        outside ``compile`` (nnx.jit: flax's call, whose outputs its Records
+        rebuild)."""
+        cdef CacheEntry entry = self.executables.find(signature)
+        if entry is None:
+            entry = self.executables.insert(signature)
+            self.executables.complete(entry, executable, None, reason, seconds)
+        return entry
+
+    # -- the front end's hooks ---------------------------------------------
+
+    cdef object dispatch(self, Call* call, CallTimes* times):
+        """The call's own steps up to lookup (or a hit, or a fallback)."""
+        raise NotImplementedError
+
+    cdef object slow_call(self, Call* call):
+        """The library's own call: the miss and the fallback."""
+        raise NotImplementedError
+
+    cdef tuple build(self, Call* call, CacheEntry entry, list leaves, object out):
+        """(Executable, Outputs) for the entry the library just compiled and
+        ran (returning ``out``); raises NotFast for one the library must run."""
+        raise NotImplementedError
+
+    cdef void remember(self, Call* call, CacheEntry entry, CallSignature signature):
+        """Make this call the guard's guess for the next one."""
+        cdef PreviousCall previous = PreviousCall.__new__(PreviousCall)
+        previous.entry = entry
+        previous.signature = signature
+        self.previous = previous
+
+    cdef void handed_off(self, Call* call, CacheEntry entry, str reason):
+        """The library takes a call on ``entry``, for ``reason``."""
+
+    cdef object returned(self, Call* call, object out):
+        """The output, after the call's post hook (jit's)."""
+        return out

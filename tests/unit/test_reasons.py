@@ -1,0 +1,35 @@
+"""The fallback reasons: one vocabulary, every reason documented."""
+
+import pathlib
+import re
+
+import pytest
+
+from fastdispatch import _reasons
+from fastdispatch._reasons import NotFast
+
+TRACING_DOC = pathlib.Path(__file__).parents[2] / "docs" / "tracing.md"
+
+
+def documented_reasons():
+    # The first cell of every table row: `reason`.
+    return set(re.findall(r"^\| `([^`]+)` \|", TRACING_DOC.read_text(), re.MULTILINE))
+
+
+def test_every_reason_is_in_the_tracing_doc():
+    missing = [reason for reason in _reasons.ALL if reason not in documented_reasons()]
+    assert not missing, f"docs/tracing.md's fallback tables do not list {missing}"
+
+
+def test_reasons_are_interned_and_distinct():
+    assert len(set(_reasons.ALL)) == len(_reasons.ALL) > 40
+    for reason in _reasons.ALL:
+        assert reason is _reasons.sys.intern(str(reason + " ")[:-1])
+
+
+def test_not_fast_carries_a_known_reason():
+    refusal = NotFast(_reasons.EFFECTS, "a callback")
+    assert refusal.reason is _reasons.EFFECTS and refusal.detail == "a callback"
+    assert str(refusal) == "effects: a callback"
+    with pytest.raises(AssertionError):
+        NotFast("some reason nobody documented")
