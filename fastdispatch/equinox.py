@@ -16,8 +16,6 @@ names, all listed here and tested in tests/unit/test_equinox.py:
                                          and the source of each executable
   equinox._jit.filter_jit                equinox's filter_jit itself, even while
                                          `python -m fastdispatch` patches equinox.filter_jit
-  equinox._jit._preprocess               a call's dynamic and static parts (the
-                                         benchmark's raw limit only)
   equinox._module._module._ModuleMeta    the metaclass of every Module
   equinox._module._flatten.MISSING       the first aux item of a Module's flatten
   equinox._caches.cache_clears           what equinox.clear_caches() clears
@@ -129,19 +127,3 @@ def filter_jit(fun=_eqx_jit.sentinel, *, donate="none", **jitkwargs):
     fields.update(object.__getattribute__(built, "__dict__"))
     fields["_cached"] = _dispatcher_for(fields["_cached"])
     return wrapper
-
-
-def executable_inputs(wrapper, *args, **kwargs):
-    """``(compiled, dynamic)``: the jax.stages.Compiled that equinox's shared
-    jit runs for this call, and the dynamic arguments it takes (equinox's two
-    dicts of donated and kept arrays), for the benchmark's raw limit."""
-    info = (
-        wrapper._signature,
-        wrapper._dynamic_fun,
-        wrapper._static_fun,
-        wrapper.donate_first,
-        wrapper.donate_rest,
-    )
-    donated, kept, static = _eqx_jit._preprocess(info, args, kwargs, return_static=True)
-    jitted = wrapper._cached.jitted
-    return jitted.lower(donated, kept, static).compile(), (donated, kept)

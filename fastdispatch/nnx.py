@@ -423,19 +423,3 @@ _nnx.configure(
     _FLAGS,
     _pytreelib.PytreeState,
 )
-
-
-def executable_inputs(function, *args, **kwargs):
-    """``(compiled, pure_args, pure_kwargs, state_outputs)``: the
-    jax.stages.Compiled flax's jax.jit runs for this call, the split arguments
-    it takes, and how many of its first outputs are the graphs' leaves (the
-    function's own come after), for the benchmark's raw limit."""
-    flax_function = function.flax_function
-    pure_args, pure_kwargs = _split(flax_function, args, kwargs)
-    with _graphlib.update_context(flax_function):
-        compiled = flax_function.jitted_fn.lower(*pure_args, **pure_kwargs).compile()
-    outputs = jax.tree_util.tree_unflatten(
-        compiled.out_tree, [_Placeholder(i) for i in range(compiled.out_tree.num_leaves)]
-    )
-    own = len(jax.tree_util.tree_leaves(outputs[2]))
-    return compiled, pure_args, pure_kwargs, compiled.out_tree.num_leaves - own

@@ -2,9 +2,10 @@
 
 ``jit`` runs a test against both implementations of the contract: every test
 that takes it runs once with ``jax.jit`` (what jax does today) and once with
-``fastdispatch.jit`` (which must do the same).  Helper modules beside this
-file (contract, treecases, subprocess_util) are importable by name: pytest's
-``pythonpath`` setting puts tests/ on the path.
+``fastdispatch.jit`` (which must do the same); a test that only compares the
+two runs once, on fastdispatch (``contract.against_jax``).  Helper modules
+beside this file (contract, treecases, subprocess_util) are importable by name:
+pytest's ``pythonpath`` setting puts tests/ on the path.
 """
 
 from __future__ import annotations

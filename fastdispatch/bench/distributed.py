@@ -52,7 +52,7 @@ FULL = (15, 64)
 QUICK = (5, 32)
 
 
-# -- the workload (tests/distributed/ and examples/ train the same way) -----------
+# -- the workload (tests/distributed/data_parallel.py keeps a copy for the tests) --
 
 
 def loss(params, x, y):

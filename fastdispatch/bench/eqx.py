@@ -15,6 +15,7 @@ import functools
 import jax
 import jax.numpy as jnp
 
+from .executables import equinox_executable
 from .raw import raw_runner
 from .runner import FASTDISPATCH, Impl
 from .workload import Workload
@@ -39,13 +40,11 @@ def implementations() -> list[Impl]:
 def _raw(w: Workload):
     """The executable equinox compiled for w, through the bare PjRt call
     (donation dropped: the non-donated twin)."""
-    import fastdispatch
-    from fastdispatch.equinox import executable_inputs
+    import equinox
 
     options = {k: v for k, v in w.jit_options.items() if k != "donate"}
-    wrapper = fastdispatch.filter_jit(w.fun, **options)
     args, kwargs = w.make_args()
-    compiled, dynamic = executable_inputs(wrapper, *args, **kwargs)
+    compiled, dynamic = equinox_executable(equinox.filter_jit(w.fun, **options), *args, **kwargs)
     return raw_runner(compiled, *dynamic), 1  # output 0 is equinox's marker
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from .executables import nnx_executable
 from .raw import raw_runner
 from .runner import FASTDISPATCH, Impl
 from .workload import Workload
@@ -63,11 +64,10 @@ class _CachedPartial:
 
 def _raw(w: Workload):
     """The executable flax's jax.jit compiled for w, through the bare PjRt call."""
-    from fastdispatch import nnx as fastdispatch_nnx
-    from fastdispatch.nnx import executable_inputs
+    from flax import nnx
 
     args, kwargs = w.make_args()
-    compiled, pure_args, pure_kwargs, state = executable_inputs(fastdispatch_nnx.jit(w.fun), *args, **kwargs)
+    compiled, pure_args, pure_kwargs, state = nnx_executable(nnx.jit(w.fun), *args, **kwargs)
     return raw_runner(compiled, *pure_args, **pure_kwargs), state
 
 

@@ -3,7 +3,7 @@
 import jax
 import jax.numpy as jnp
 import numpy as np
-from contract import arange, expect_same
+from contract import against_jax, arange, expect_same
 
 
 def add(x, y):
@@ -45,6 +45,7 @@ def test_committed_then_uncommitted_same_function(jit):
         assert f(x, 1.0).committed == committed
 
 
+@against_jax
 def test_explicit_device_option(jit):
     # jit(..., device=) is deprecated in jax but still accepted; check what jax warns.
     import warnings

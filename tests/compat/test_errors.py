@@ -3,7 +3,7 @@
 import jax
 import jax.numpy as jnp
 import pytest
-from contract import TraceCounter, arange
+from contract import TraceCounter, against_jax, arange
 
 
 def raise_value_error(x):
@@ -24,6 +24,7 @@ def wrong_output(x):
     return object()
 
 
+@against_jax
 @pytest.mark.parametrize("fun", [raise_value_error, bad_reshape, python_branch, wrong_output])
 def test_same_error_as_jax(jit, fun):
     x = arange((2,))

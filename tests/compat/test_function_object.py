@@ -9,7 +9,7 @@ import weakref
 import jax
 import jax.numpy as jnp
 import pytest
-from contract import arange, assert_same_array, expect_same
+from contract import against_jax, arange, assert_same_array, expect_same
 
 
 def documented(x: jax.Array, y: float = 2.0) -> jax.Array:
@@ -141,6 +141,7 @@ def test_method_with_static_self(jit):
     assert_same_array(Static(5).scale(jnp.float32(1)), jnp.asarray(5, jnp.float32))
 
 
+@against_jax
 def test_method_with_pytree_self(jit):
     @functools.partial(jax.tree_util.register_dataclass, data_fields=["w"], meta_fields=[])
     class Params:

@@ -4,13 +4,16 @@ changes every call, x64 off and on, weak types, the transfer guard.
 Each case runs in two shapes of call: alone (``small``: jax.jit converts host
 data faster, so fastdispatch hands it over) and beside many jax arrays
 (``wide``: fastdispatch converts it itself); both must give jax.jit's result.
+Every test compares with jax.jit, so each runs once, on fastdispatch.
 """
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from contract import arange, assert_same_tree
+from contract import against_jax, arange, assert_same_tree
+
+pytestmark = against_jax
 
 WIDE_ARRAYS = 16  # array leaves beside the host value in a wide call
 

@@ -6,7 +6,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from contract import arange, assert_same_tree, expect_same
+from contract import against_jax, arange, assert_same_tree, expect_same
 
 
 def first(x, y, z):
@@ -16,6 +16,7 @@ def first(x, y, z):
 UNUSED_ARGS = (arange((2,)), np.ones(3, np.float32), jax.random.key(0))
 
 
+@against_jax
 @pytest.mark.parametrize("keep_unused", [False, True])
 def test_unused_arguments(jit, keep_unused):
     # jax prunes unused inputs unless keep_unused: the executable takes fewer
@@ -44,6 +45,7 @@ def test_unused_donated_argument(jit):
     assert not x.is_deleted() and not y.is_deleted()
 
 
+@against_jax
 @pytest.mark.parametrize(
     "options",
     [dict(inline=True), dict(compiler_options={"xla_cpu_enable_fast_math": False})],

@@ -2,7 +2,7 @@
 
 import jax
 import jax.numpy as jnp
-from contract import TraceCounter, assert_same_tree, expect_same
+from contract import TraceCounter, against_jax, assert_same_tree, expect_same
 
 
 def split_and_draw(key):
@@ -37,6 +37,7 @@ def test_key_impls_retrace(jit):
     expect_same(jit, lambda k: jax.random.uniform(k, (2,)), jax.random.key(3, impl="rbg"))
 
 
+@against_jax
 def test_key_arrays_and_raw_keys(jit):
     keys = jax.random.split(jax.random.key(2), 4)
     expect_same(jit, lambda ks: jax.vmap(lambda k: jax.random.bits(k, (2,)))(ks), keys)

@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from contract import TraceCounter, arange, assert_same_tree, expect_same
+from contract import TraceCounter, against_jax, arange, assert_same_tree, expect_same
 
 Point = collections.namedtuple("Point", ["x", "y"])
 
@@ -51,6 +51,7 @@ TREES = {
 }
 
 
+@against_jax
 @pytest.mark.parametrize("name", sorted(TREES))
 def test_pytree_roundtrip(jit, name):
     tree = TREES[name]
@@ -96,6 +97,7 @@ def f_mixed(a, b, c=1.0, *, d, e=None):
     return out if e is None else (out, e)
 
 
+@against_jax
 @pytest.mark.parametrize(
     "args,kwargs",
     [
@@ -119,6 +121,7 @@ def test_kwargs_order_irrelevant(jit):
     assert count.n == 1
 
 
+@against_jax
 def test_var_kwargs(jit):
     def f(x, **kw):
         return x + sum(kw.values())
@@ -126,6 +129,7 @@ def test_var_kwargs(jit):
     expect_same(jit, f, 1.0, p=2.0, q=np.float32(3))
 
 
+@against_jax
 def test_missing_and_unexpected_arguments(jit):
     for args, kwargs in [
         ((1.0,), {}),

@@ -3,7 +3,7 @@
 import jax
 import jax.numpy as jnp
 import numpy as np
-from contract import TraceCounter, arange, assert_same_tree
+from contract import TraceCounter, against_jax, arange, assert_same_tree
 
 
 def affine(x, w, *, b=0.0, act="relu"):
@@ -14,6 +14,7 @@ def affine(x, w, *, b=0.0, act="relu"):
 OPTIONS = dict(static_argnames="act")
 
 
+@against_jax
 def test_lower_text_and_compile(jit):
     x, w = arange((2, 3)), arange((3, 4))
     ours, theirs = jit(affine, **OPTIONS), jax.jit(affine, **OPTIONS)
@@ -26,11 +27,13 @@ def test_lower_text_and_compile(jit):
     assert_same_tree(compiled(x, w, b=1.0), theirs(x, w, b=1.0, act="none"))
 
 
+@against_jax
 def test_lower_with_shape_dtype_structs(jit):
     spec = (jax.ShapeDtypeStruct((2, 3), jnp.float32), jax.ShapeDtypeStruct((3, 4), jnp.float32))
     assert jit(affine, **OPTIONS).lower(*spec).as_text() == jax.jit(affine, **OPTIONS).lower(*spec).as_text()
 
 
+@against_jax
 def test_trace(jit):
     x, w = arange((2, 3)), arange((3, 4))
     traced = jit(affine, **OPTIONS).trace(x, w)
@@ -50,6 +53,7 @@ def test_eval_shape(jit):
     )
 
 
+@against_jax
 def test_stages_do_not_change_call_results(jit):
     # lower/trace/eval_shape before and between calls change no result and add
     # no compile beyond what jax.jit does.

@@ -5,7 +5,7 @@ import re
 import jax
 import jax.numpy as jnp
 import pytest
-from contract import TraceCounter, arange, assert_same_array, expect_same
+from contract import TraceCounter, against_jax, arange, assert_same_array, expect_same
 
 
 def times(x, n):
@@ -16,12 +16,14 @@ def branchy(x, mode, *, opts=("a",)):
     return x + 1 if mode == "train" else x - len(opts)
 
 
+@against_jax
 def test_static_values(jit):
     for n in [2, 3.5, True, (1, 2), "s", None, frozenset({1})]:
         n_val = n if isinstance(n, (int, float)) else 1
         expect_same(jit, lambda x, n: x * n_val, arange((2,)), n, jit_kwargs=dict(static_argnums=1))
 
 
+@against_jax
 def test_static_by_name_and_position(jit):
     expect_same(
         jit, branchy, arange((2,)), "train", jit_kwargs=dict(static_argnums=1, static_argnames="opts")
@@ -36,6 +38,7 @@ def test_static_by_name_and_position(jit):
     )
 
 
+@against_jax
 def test_negative_static_argnums(jit):
     expect_same(jit, times, arange((2,)), 3, jit_kwargs=dict(static_argnums=-1))
 

@@ -3,7 +3,7 @@
 import jax
 import jax.numpy as jnp
 import numpy as np
-from contract import TraceCounter, arange, assert_same_tree
+from contract import TraceCounter, against_jax, arange, assert_same_tree
 
 
 def loss(w, x):
@@ -20,6 +20,7 @@ def twice(jit, fun, *args, **jit_kwargs):
     return jit(ours(fun), **jit_kwargs), jax.jit(theirs(fun), **jit_kwargs), ours, theirs
 
 
+@against_jax
 def test_grad(jit):
     f, g, ours, theirs = twice(jit, loss)
     w, x = arange((3,)), jnp.ones(3)
@@ -31,6 +32,7 @@ def test_grad(jit):
     assert ours.n == theirs.n
 
 
+@against_jax
 def test_vmap(jit):
     f, g, ours, theirs = twice(jit, loss)
     w, xs = arange((3,)), arange((4, 3))
@@ -39,6 +41,7 @@ def test_vmap(jit):
     assert ours.n == theirs.n
 
 
+@against_jax
 def test_inside_jax_jit(jit):
     f, g, ours, theirs = twice(jit, loss)
     outer_f = jax.jit(lambda w, x: f(w, x) * 2)
@@ -51,6 +54,7 @@ def test_inside_jax_jit(jit):
     assert ours.n == theirs.n
 
 
+@against_jax
 def test_jit_of_jit_with_static(jit):
     f = jit(lambda x, n: x * n, static_argnums=1)
     g = jax.jit(lambda x, n: x * n, static_argnums=1)
@@ -58,6 +62,7 @@ def test_jit_of_jit_with_static(jit):
     assert_same_tree(jax.jit(lambda x: f(x, 3))(x), jax.jit(lambda x: g(x, 3))(x))
 
 
+@against_jax
 def test_scan(jit):
     f, g, ours, theirs = twice(jit, step)
     xs = arange((5,))
@@ -65,6 +70,7 @@ def test_scan(jit):
     assert ours.n == theirs.n
 
 
+@against_jax
 def test_called_eagerly_after_traced(jit):
     # The same function object used inside a trace and then directly: the
     # direct call must still produce concrete arrays on the fast path.
@@ -97,6 +103,7 @@ def test_disable_jit_after_cached(jit):
     assert type(out) is np.ndarray
 
 
+@against_jax
 def test_checkpoint_and_custom_vjp(jit):
     @jax.custom_vjp
     def clip_grad(x):

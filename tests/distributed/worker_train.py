@@ -23,10 +23,10 @@ process_id, num_processes = initialize()
 
 import jax  # noqa: E402
 from contract import assert_same_tree  # noqa: E402
+from data_parallel import SYNC_EVERY, loss, problem, train, train_step  # noqa: E402
 from jax.sharding import Mesh  # noqa: E402
 
 import fastdispatch  # noqa: E402
-from fastdispatch.bench.distributed import SYNC_EVERY, loss, problem, train, train_step  # noqa: E402
 
 warnings.simplefilter("error")  # as pytest runs the suite
 mesh = Mesh(np.array(jax.devices()), ("data",))
@@ -48,7 +48,7 @@ for i in range(steps):
 assert_same_tree(ours, theirs)
 assert ours_loss.sharding.is_fully_replicated and ours_params["layer0"]["w"].committed
 
-# A second signature (the loss alone, on half the batch), and train() as the bench runs it.
+# A second signature (the loss alone, on half the batch), and train(): blocking every SYNC_EVERY steps.
 evaluate = fastdispatch.jit(loss)
 half = jax.jit(lambda v: v[: v.shape[0] // 2])
 x_half, y_half = half(x), half(y)

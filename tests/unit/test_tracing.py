@@ -8,6 +8,7 @@ runs the whole dispatcher.
 """
 
 import json
+import re
 import threading
 
 import jax
@@ -16,7 +17,7 @@ import pytest
 
 import fastdispatch
 from fastdispatch import _engine, tracing
-from fastdispatch.tracing import recorder
+from fastdispatch.tracing import recorder, report
 from fastdispatch.tracing.explain import describe, explain_change
 from fastdispatch.tracing.recorder import PHASES, Trace
 
@@ -105,6 +106,36 @@ def test_percentiles_follow_the_distribution():
     assert row["overhead_ns"]["p50"] == pytest.approx(1000, rel=0.04)
     assert row["overhead_ns"]["p99"] == pytest.approx(100_600, rel=0.04)
     assert row["phase_ns_mean"]["launch"] == 5000
+
+
+def overhead_figures(text):
+    """step's row of the report: its mean, p50 and third figure ("max 100.6" or "1.0")."""
+    row = next(line for line in text.splitlines() if line.startswith("step ("))
+    mean, p50, tail = re.search(r"([\d.]+) / ([\d.]+) / ((?:max )?[\d.]+)", row).groups()
+    return float(mean), float(p50), tail
+
+
+def test_few_hits_show_their_max_where_p99_would_be():
+    # Three hits of 1 us and one of 100.6 us: a p99 of 4 samples is their max,
+    # never a figure below the mean, and the report says which it shows.
+    t = Trace()
+    for i, unflatten in enumerate([400, 400, 100_000, 400]):
+        call(t, F, SIG4, unflatten=unflatten, start=i * 1_000_000)
+    t.stop()
+    text = t.report()
+    assert overhead_figures(text) == (25.9, 1.0, "max 100.6")
+    assert f"below {report.P99_MIN_HITS} such hits, max: the slowest of them" in text
+    (row,) = t.stats().values()
+    assert row["overhead_ns"]["p99"] == pytest.approx(100_600, rel=0.02)
+
+
+def test_enough_hits_show_p99():
+    t = Trace()
+    for i in range(report.P99_MIN_HITS):
+        call(t, F, SIG4, unflatten=100_000 if i == 0 else 400, start=i * 1_000_000)
+    t.stop()
+    # One slow hit in 100 is above the 99th percentile: p99 is a fast one.
+    assert overhead_figures(t.report()) == (2.0, 1.0, "1.0")
 
 
 def test_aggregates_never_drop_though_the_event_ring_does():
