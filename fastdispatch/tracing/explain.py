@@ -60,6 +60,7 @@ class Description:
     treedef: object = None  # the signature's TreeDef, to explain structure changes
     arg_names: tuple = ()  # dynamic positional parameter names
     static_made_at: tuple = ()  # (label, (file, line)) per static function value: where it was defined
+    params: tuple = ()  # the function's positional parameter names, to name static positions
 
 
 def argument_of(path: tuple, arg_names: tuple) -> tuple[str, tuple]:
@@ -117,7 +118,9 @@ def describe(signature, arg_names=None) -> Description:
     static = tuple((label, repr(value)) for label, value in items)
     made_at = tuple((label, _definition_site(value)) for label, value in items if _definition_site(value))
     context = tuple((name, repr(value)) for name, value in zip(_jax.trace_context_names(), signature.context))
-    return Description(tuple(args), static, context, signature.treedef, names, made_at)
+    return Description(
+        tuple(args), static, context, signature.treedef, names, made_at, tuple(arg_names or ())
+    )
 
 
 def signature_text(signature) -> str:
@@ -207,7 +210,8 @@ def explain_change(old: Description, new: Description) -> list[str]:
             changes.append(f"{leaf.label}: {earlier.text} -> {leaf.text}")
     for label, was, now in _changed_values(dict(old.static), dict(new.static)):
         if was is not None and now is not None and same_kind_new_object(was, now):
-            changes.append(_new_object_change(label, was, now, dict(new.static_made_at).get(label)))
+            name = new.params[int(label)] if label.isdigit() and int(label) < len(new.params) else label
+            changes.append(_new_object_change(name, was, now, dict(new.static_made_at).get(label)))
         else:
             changes.append(_change_line("static ", label, was, now))
     for name, was, now in _changed_values(dict(old.context), dict(new.context)):
