@@ -1,12 +1,15 @@
 """The command line: run a Python program with jax.jit routed through fastdispatch.
 
-    python -m fastdispatch [--trace] [--trace-out FILE.json] [--no-patch] script.py [args...]
+    python -m fastdispatch [--trace] [--trace-json FILE] [--trace-out FILE.json]
+                           [--no-patch] script.py [args...]
     python -m fastdispatch [options] -m module [args...]
     python -m fastdispatch bench [args...]
 
 The program runs as ``python script.py`` would run it: its own ``sys.argv``,
 ``__main__``, ``sys.path[0]``, exit code and tracebacks.  ``--trace`` prints
-a report of every compiled-function call on stderr at exit; ``--trace-out``
+a report of every compiled-function call on stderr at exit, with findings
+(what to change, at the program's line); ``--trace-json`` writes that report
+as JSON; ``--trace-out``
 writes the calls as Chrome trace-event JSON (open it in ui.perfetto.dev).
 Under ``jax.distributed`` every process reports for itself: the report's
 header and the file's name carry the process index.
@@ -26,7 +29,8 @@ import sys
 import types
 
 USAGE = """\
-usage: python -m fastdispatch [--trace] [--trace-out FILE.json] [--no-patch] script.py [args...]
+usage: python -m fastdispatch [--trace] [--trace-json FILE] [--trace-out FILE.json]
+                              [--no-patch] script.py [args...]
        python -m fastdispatch [options] -m module [args...]
        python -m fastdispatch bench [args...]
 
@@ -35,7 +39,10 @@ Runs a Python program with jax.jit routed through fastdispatch.jit.
 options:
   --trace               print a dispatch report on stderr at exit: calls, hits,
                         compiles, fallbacks, overhead per function, and what
-                        changed in the signature at each recompile
+                        changed in the signature at each recompile; where the
+                        wall time went (compiled calls, compiling, eager ops,
+                        host syncs) and findings: what to change, at your line
+  --trace-json FILE     write that report (split, functions, findings) as JSON
   --trace-out FILE.json write the calls as Chrome trace-event JSON (Perfetto);
                         in a program of several processes (jax.distributed),
                         each writes FILE.processN.json, N its process index
@@ -52,6 +59,7 @@ class Options:
     def __init__(self):
         self.trace = False
         self.trace_out = None
+        self.trace_json = None
         self.patch = True
         self.module = None  # run with -m
         self.script = None
@@ -79,6 +87,14 @@ def parse(argv):
                 options.trace_out = argv[i]
             else:
                 usage_error("--trace-out needs a file name")
+        elif arg == "--trace-json" or arg.startswith("--trace-json="):
+            if "=" in arg:
+                options.trace_json = arg.partition("=")[2]
+            elif i + 1 < len(argv):
+                i += 1
+                options.trace_json = argv[i]
+            else:
+                usage_error("--trace-json needs a file name")
         elif arg == "-m":
             if i + 1 >= len(argv):
                 usage_error("-m needs a module name")
@@ -101,14 +117,14 @@ def usage_error(message):
     sys.exit(2)
 
 
-def check_writable(path):
-    """Refuse an unwritable --trace-out before the program runs, not after."""
+def check_writable(path, option="--trace-out"):
+    """Refuse an unwritable --trace-out (or --trace-json) before the program runs, not after."""
     existed = os.path.exists(path)
     try:
         with open(path, "a"):
             pass
     except OSError as e:
-        sys.stderr.write(f"{PROG}: error: cannot write --trace-out {path!r}: {e.strerror}\n")
+        sys.stderr.write(f"{PROG}: error: cannot write {option} {path!r}: {e.strerror}\n")
         sys.exit(2)
     if not existed:
         # The processes of a multi-process program check the same path at once:
@@ -132,13 +148,19 @@ def check_script(path):
         sys.exit(2)
 
 
-def patch_jax():
+def patch_jax(remember_sites=False):
     """Route jax.jit through fastdispatch.jit, and the front ends' libraries'
-    jits through theirs once the program imports them."""
+    jits through theirs once the program imports them.  ``remember_sites``
+    (tracing): jax.jit, and fastdispatch.jit with it, also remember the line
+    that made each compiled function (a new wrapper inside a loop is a finding)."""
     import jax
 
     import fastdispatch
 
+    if remember_sites:
+        from fastdispatch.tracing.sites import remember_jit
+
+        fastdispatch.jit = remember_jit(fastdispatch.jit)
     jax.jit = fastdispatch.jit
     when_imported("equinox", patch_equinox)
     when_imported("flax.nnx", patch_nnx)
@@ -209,9 +231,10 @@ def start_tracing(options):
     from fastdispatch import _jax
     from fastdispatch.tracing import start, stop
 
-    t = start()
+    t = start(watch_host=True)
     # Resolved now: the program may change directory.
     trace_out = os.path.abspath(options.trace_out) if options.trace_out else None
+    trace_json = os.path.abspath(options.trace_json) if options.trace_json else None
 
     def finish():
         stop(t)
@@ -223,6 +246,9 @@ def start_tracing(options):
             t.save(per_process_path(trace_out, process))
             written = per_process_path(options.trace_out, process)
             sys.stderr.write(f"{PROG}: wrote {written} (open it in ui.perfetto.dev)\n")
+        if trace_json:
+            process = _jax.process_of_program()
+            t.save_report(per_process_path(trace_json, process))
         sys.stderr.flush()
 
     atexit.register(finish)
@@ -296,11 +322,14 @@ def main(argv=None):
     options = parse(argv)
     if options.trace_out:
         check_writable(options.trace_out)
+    if options.trace_json:
+        check_writable(options.trace_json, "--trace-json")
     if options.script is not None:
         check_script(options.script)
+    tracing = bool(options.trace or options.trace_out or options.trace_json)
     if options.patch:
-        patch_jax()
-    if options.trace or options.trace_out:
+        patch_jax(remember_sites=tracing)
+    if tracing:
         start_tracing(options)
     return run(options)
 

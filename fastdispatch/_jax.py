@@ -72,6 +72,8 @@ Private names used, all read here only:
   jax._src.dtypes.canonicalize_value      a host value cast as jax.device_put casts it
   jax._src.interpreters.pxla.get_default_device
                                           where device_put puts data when given no device
+  jax._src.dispatch.JAXPR_TRACE_EVENT, JAXPR_TO_MLIR_MODULE_EVENT, BACKEND_COMPILE_EVENT
+                                          jax.monitoring's names of a compile's phases
 """
 
 from __future__ import annotations
@@ -539,3 +541,13 @@ def python_scalar_aval(value):
     """The aval jax gives a Python scalar (weak, but bool); OverflowError for an int
     beyond the integer type x64 allows."""
     return _core.typeof(value)
+
+
+# -- for --trace's findings (tracing/hooks.py) ------------------------------------
+
+# jax.monitoring's duration events of one compile, by the phase they time.
+COMPILE_PHASE_EVENTS = {
+    _dispatch.JAXPR_TRACE_EVENT: "tracing",
+    _dispatch.JAXPR_TO_MLIR_MODULE_EVENT: "lowering",
+    _dispatch.BACKEND_COMPILE_EVENT: "XLA",
+}

@@ -29,6 +29,10 @@ tests/unit/test_nnx.py:
                     ._pytree__is_pytree
                                      which attributes flax's split visits
   flax.nnx.statelib.State._mapping   a State's dict
+  flax.nnx.graphlib.GraphDef.nodes, .attributes, NodeDef.num_attributes, NodeAttr, Static
+                                     a GraphDef read (graphdef_changes, for --trace) as
+                                     flax's flatten wrote it: nodes in preorder, each
+                                     NodeDef followed by its attributes
 """
 
 from __future__ import annotations
@@ -423,3 +427,74 @@ _nnx.configure(
     _FLAGS,
     _pytreelib.PytreeState,
 )
+
+
+# -- for --trace's reports -----------------------------------------------------------
+
+
+def graphdef_changes(old, new):
+    """``(attribute path, old repr, new repr, where a new function was defined)``
+    for each attribute that differs between two flax GraphDefs, by path from
+    the root: ``(".act", "<function <lambda> at 0x1>", "<function <lambda> at
+    0x2>", ("model.py", 9))``; a repr is None where the attribute is absent.
+    Read-only; flax's own bookkeeping attributes (``_pytree__*``) left out."""
+    before, after = _graph_attributes(old), _graph_attributes(new)
+    changes = []
+    for path in dict.fromkeys(list(before) + list(after)):
+        was, now = before.get(path, _ABSENT), after.get(path, _ABSENT)
+        if was is now or (was is not _ABSENT and now is not _ABSENT and _equal(was, now)):
+            continue
+        text = "".join(f"[{key}]" if isinstance(key, int) else f".{key}" for key in path)
+        changes.append((text, _text(was), _text(now), _made_at(now)))
+    return changes
+
+
+_ABSENT = object()
+
+
+def _graph_attributes(graphdef):
+    """``{attribute path: value}``: a static attribute's value, a child node's type."""
+    nodes, attributes = iter(graphdef.nodes), iter(graphdef.attributes)
+    found = {}
+
+    def visit(path):
+        node = next(nodes)
+        found[path] = getattr(node, "type", type(node))
+        for _ in range(getattr(node, "num_attributes", 0) if isinstance(node, _graphlib.NodeDef) else 0):
+            key, attribute = next(attributes)
+            if isinstance(key, str) and key.startswith("_pytree__"):
+                if isinstance(attribute, _graphlib.NodeAttr):
+                    visit(path + (key,))  # consumed in order, not reported
+                continue
+            if isinstance(attribute, _graphlib.NodeAttr):
+                visit(path + (key,))
+            elif isinstance(attribute, _graphlib.Static):
+                found[path + (key,)] = attribute.value
+
+    try:
+        visit(())
+    except StopIteration:  # a GraphDef of another layout: nothing to say
+        pass
+    return found
+
+
+def _equal(a, b):
+    try:
+        return bool(a == b)
+    except Exception:
+        return False
+
+
+def _text(value):
+    if value is _ABSENT:
+        return None
+    return value.__qualname__ if isinstance(value, type) else repr(value)
+
+
+def _made_at(value):
+    for _ in range(3):
+        code = getattr(value, "__code__", None)
+        if code is not None:
+            return code.co_filename, code.co_firstlineno
+        value = getattr(value, "__func__", None) or getattr(value, "func", None)
+    return None

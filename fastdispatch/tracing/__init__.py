@@ -4,6 +4,9 @@ The package, by job:
   recorder.py   the sink the dispatcher calls on every call; per-function aggregates
   explain.py    signatures for people, and what changed at each recompile
   report.py     the text report
+  findings.py   the report's model: wall-time split, executables, findings (--trace-json)
+  sites.py      the user's file and line of an event
+  hooks.py      host syncs, eager ops and compile phases, watched under --trace only
   chrome.py     the Chrome trace-event file (Perfetto)
   here          the switch: which traces are on, and the public API
 
@@ -55,10 +58,18 @@ def _install():
     _engine.set_trace_sink(sink)
 
 
-def start(max_events=100_000):
-    """Switch a new Trace on and return it (``trace()`` without ``with``)."""
+def start(max_events=100_000, watch_host=False):
+    """Switch a new Trace on and return it (``trace()`` without ``with``);
+    ``watch_host``: also count host syncs, eager ops and compile phases
+    (``python -m fastdispatch --trace`` does; it hooks jax's and numpy's
+    functions until the trace stops)."""
     global _last
     t = Trace(max_events)
+    if watch_host:
+        from fastdispatch.tracing import hooks
+
+        t.tally = hooks.Tally()
+        hooks.install(t.tally)
     with _install_lock:
         _active.append(t)
         _install()
@@ -69,6 +80,10 @@ def start(max_events=100_000):
 def stop(t):
     """Switch ``t`` off; its results stay readable."""
     t.stop()
+    if t.tally is not None:
+        from fastdispatch.tracing import hooks
+
+        hooks.uninstall(t.tally)
     with _install_lock:
         if t in _active:
             _active.remove(t)

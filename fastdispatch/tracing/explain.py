@@ -5,12 +5,17 @@
 key entries, its aval, weak type and placement), the static arguments and
 jax's context.  ``explain_change(old, new)`` compares two descriptions and
 says, by argument path, what changed: shapes, dtypes, weak types,
-placements, tree structure, static values, jax settings.
+placements, tree structure, static values, jax settings.  Each line is a
+``Change``, a string that also says its kind: a shape change, a new object
+of the same kind where an equal one was expected (a lambda made anew, a bound
+method of a rebuilt module: static arguments, flax graph attributes, equinox
+static fields), an unchanged signature.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import jax
 from jax.tree_util import DictKey, SequenceKey, keystr
@@ -18,7 +23,7 @@ from jax.tree_util import DictKey, SequenceKey, keystr
 from fastdispatch import _jax
 from fastdispatch._pytree import first_difference
 
-__all__ = ["ArgumentLeaf", "Description", "describe", "explain_change", "signature_text"]
+__all__ = ["ArgumentLeaf", "Change", "Description", "describe", "explain_change", "signature_text"]
 
 # The root of every signature's tree: (dynamic positional args, dynamic kwargs).
 _POSITIONAL, _KEYWORD = SequenceKey(0), SequenceKey(1)
@@ -54,6 +59,8 @@ class Description:
     context: tuple  # (name, repr(value)) per value of jax's trace context
     treedef: object = None  # the signature's TreeDef, to explain structure changes
     arg_names: tuple = ()  # dynamic positional parameter names
+    static_made_at: tuple = ()  # (label, (file, line)) per static function value: where it was defined
+    params: tuple = ()  # the function's positional parameter names, to name static positions
 
 
 def argument_of(path: tuple, arg_names: tuple) -> tuple[str, tuple]:
@@ -95,19 +102,25 @@ def _leaf_aval(key, x64: bool) -> tuple[str, bool, str, bool, str]:
     return jax.core.ShapedArray(tuple(key.shape), key.dtype).str_short(**short), False, "", True, ""
 
 
-def describe(signature) -> Description:
-    """The Description of a CallSignature."""
+def describe(signature, arg_names=None) -> Description:
+    """The Description of a CallSignature; ``arg_names``: the function's
+    positional parameter names, where the signature has none (nnx.jit's)."""
     x64 = _x64(signature.context)
+    names = signature.arg_names or tuple(arg_names or ())
     args = []
     for path, key in zip(signature.leaf_paths(), signature.leaf_keys()):
         aval, weak_type, placement, numpy, python = _leaf_aval(key, x64)
-        argument, rest = argument_of(path, signature.arg_names)
+        argument, rest = argument_of(path, names)
         args.append(
             ArgumentLeaf(path, argument, argument + keystr(rest), aval, weak_type, placement, numpy, python)
         )
-    static = tuple((label, repr(value)) for label, value in signature.static_items())
+    items = signature.static_items()
+    static = tuple((label, repr(value)) for label, value in items)
+    made_at = tuple((label, _definition_site(value)) for label, value in items if _definition_site(value))
     context = tuple((name, repr(value)) for name, value in zip(_jax.trace_context_names(), signature.context))
-    return Description(tuple(args), static, context, signature.treedef, signature.arg_names)
+    return Description(
+        tuple(args), static, context, signature.treedef, names, made_at, tuple(arg_names or ())
+    )
 
 
 def signature_text(signature) -> str:
@@ -119,6 +132,59 @@ def signature_text(signature) -> str:
 
 
 # -- what changed -----------------------------------------------------------------
+
+
+class Change(str):
+    """One line of a recompile's explanation, with its kind for findings:
+    ``"shape"`` (``path``'s shape changed), ``"new_object"`` (``path`` holds a
+    new object of the same kind; ``made_at``: where a new function was defined),
+    ``"unchanged"`` (the signature did not change), ``""`` (anything else)."""
+
+    kind = ""
+    path = ""
+    made_at = None
+
+    @classmethod
+    def of(cls, text, kind="", path="", made_at=None):
+        change = cls(text)
+        change.kind, change.path, change.made_at = kind, path, made_at
+        return change
+
+
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
+
+
+def same_kind_new_object(was: str, now: str) -> bool:
+    """Two reprs of distinct objects that differ only by their addresses:
+    ``<function <lambda> at 0x1>`` and ``<function <lambda> at 0x2>``.  Such
+    values compare by identity, so every new one is a new cache key."""
+    return was != now and _ADDRESS.search(now) is not None and _ADDRESS.sub("", was) == _ADDRESS.sub("", now)
+
+
+def _short_repr(text: str, limit: int = 60) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _new_object_change(label: str, was: str, now: str, made_at=None) -> Change:
+    kind = _ADDRESS.sub("", now)
+    return Change.of(
+        f"{label}: a new object of the same kind ({_short_repr(kind)}), compared by identity",
+        "new_object",
+        label,
+        made_at,
+    )
+
+
+def _definition_site(value):
+    """``(filename, line)`` where a function value (or a bound method's, a
+    partial's function) was defined: where the new object is made."""
+    for _ in range(3):
+        code = getattr(value, "__code__", None)
+        if code is not None:
+            return code.co_filename, code.co_firstlineno
+        value = getattr(value, "__func__", None) or getattr(value, "func", None)
+    return None
 
 
 def explain_change(old: Description, new: Description) -> list[str]:
@@ -136,9 +202,18 @@ def explain_change(old: Description, new: Description) -> list[str]:
             continue
         if dataclasses.replace(earlier, weak_type=leaf.weak_type, python=leaf.python) == leaf:
             changes.append(f"{leaf.label}: weak_type changed ({earlier.text} -> {leaf.text})")
+        elif dataclasses.replace(earlier, aval=leaf.aval) == leaf and _dtype(earlier.aval) == _dtype(
+            leaf.aval
+        ):
+            changes.append(Change.of(f"{leaf.label}: {earlier.text} -> {leaf.text}", "shape", leaf.label))
         else:
             changes.append(f"{leaf.label}: {earlier.text} -> {leaf.text}")
-    changes += _labelled_changes("static ", dict(old.static), dict(new.static))
+    for label, was, now in _changed_values(dict(old.static), dict(new.static)):
+        if was is not None and now is not None and same_kind_new_object(was, now):
+            name = new.params[int(label)] if label.isdigit() and int(label) < len(new.params) else label
+            changes.append(_new_object_change(name, was, now, dict(new.static_made_at).get(label)))
+        else:
+            changes.append(_change_line("static ", label, was, now))
     for name, was, now in _changed_values(dict(old.context), dict(new.context)):
         if name == "jax_enable_x64":
             changes.append(f"x64 mode changed ({was} -> {now})")
@@ -146,10 +221,17 @@ def explain_change(old: Description, new: Description) -> list[str]:
             changes.append(_change_line("", name, was, now))
     if not changes:
         changes.append(
-            "signature unchanged: compiled again (a new jit wrapper of the same "
-            "function, or its entry was evicted from the cache)"
+            Change.of(
+                "signature unchanged: compiled again (a new jit wrapper of the same "
+                "function, or its entry was evicted from the cache)",
+                "unchanged",
+            )
         )
     return changes
+
+
+def _dtype(aval_text: str) -> str:
+    return aval_text.partition("[")[0]
 
 
 def _source(leaf: ArgumentLeaf) -> str:
@@ -180,8 +262,11 @@ def _structure_changes(old: Description, new: Description) -> list[str]:
         if difference is None:
             return ["arguments: tree structure changed (node types)"]
         path, what = difference
+        inside = _static_data_changes(old.treedef, new.treedef, path, new.arg_names)
+        if inside:
+            return inside
         at = f" at {_label(path, new.arg_names)}" if path else ""
-        return [f"arguments: tree structure changed ({what}{at})"]
+        return [f"arguments: tree structure changed ({_short_repr(what, 120)}{at})"]
     lines = []
     for argument in arguments:
         if difference is not None and len(arguments) == 1:
@@ -194,6 +279,76 @@ def _structure_changes(old: Description, new: Description) -> list[str]:
             detail = ", ".join(parts)
         lines.append(f"{argument}: tree structure changed ({detail})")
     return lines
+
+
+def _static_data_changes(old_treedef, new_treedef, path, arg_names) -> list:
+    """What differs inside the first node whose static data changed, by
+    attribute path below the argument (``model.act``), never the whole
+    node's repr: flax's GraphDef, a tuple of static values (an equinox
+    Module's static fields); empty for static data of another kind."""
+    try:
+        pair = _first_static_difference(old_treedef.to_jax(), new_treedef.to_jax())
+    except Exception:  # a static value whose __eq__ raised
+        return []
+    if pair is None:
+        return []
+    was, now = pair
+    if path and getattr(path[-1], "name", None) == "_graphdef":  # flax's NodeStates
+        path = path[:-1]
+    base = _label(path, arg_names)
+    lines = []
+    for attribute, was_text, now_text, made_at in _differences_inside(was, now):
+        label = base + attribute
+        if was_text is None:
+            lines.append(Change(f"{label}: added ({_short_repr(now_text)})"))
+        elif now_text is None:
+            lines.append(Change(f"{label}: removed (was {_short_repr(was_text)})"))
+        elif same_kind_new_object(was_text, now_text):
+            lines.append(_new_object_change(label, was_text, now_text, made_at))
+        else:
+            lines.append(Change(f"{label}: {_short_repr(was_text)} -> {_short_repr(now_text)}"))
+    return lines
+
+
+def _first_static_difference(a, b):
+    """The static data of the first pair of nodes (jax PyTreeDefs walked
+    together) whose data differ, or None."""
+    a_data, b_data = a.node_data(), b.node_data()
+    if a_data is None or b_data is None or a_data[0] is not b_data[0]:
+        return None
+    if a_data[1] != b_data[1]:
+        return a_data[1], b_data[1]
+    a_children, b_children = a.children(), b.children()
+    if len(a_children) != len(b_children):
+        return None
+    for x, y in zip(a_children, b_children):
+        found = _first_static_difference(x, y)
+        if found is not None:
+            return found
+    return None
+
+
+def _differences_inside(was, now) -> list:
+    """``(attribute path, old repr or None, new repr or None, where a new
+    function was defined)`` per value that differs between two static data."""
+    if type(now).__module__.startswith("flax.") and type(now).__name__ == "GraphDef":
+        from fastdispatch.nnx import graphdef_changes
+
+        return graphdef_changes(was, now)
+    if isinstance(was, tuple) and isinstance(now, tuple) and len(was) == len(now):
+        return [
+            (f"[{i}]", repr(a), repr(b), _definition_site(b))
+            for i, (a, b) in enumerate(zip(was, now))
+            if a is not b and not _equal(a, b)
+        ]
+    return []
+
+
+def _equal(a, b) -> bool:
+    try:
+        return bool(a == b)
+    except Exception:
+        return False
 
 
 def _changed_values(old: dict, new: dict):

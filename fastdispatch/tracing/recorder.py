@@ -17,6 +17,7 @@ import itertools
 import json
 import math
 import os
+import sys
 import threading
 import time
 import weakref
@@ -26,6 +27,7 @@ import numpy as np
 
 from fastdispatch._jax import process_of_program
 from fastdispatch.tracing.explain import closest_change, describe
+from fastdispatch.tracing.sites import made_at, user_site
 
 __all__ = ["FunctionStats", "PHASES", "Trace"]
 
@@ -83,6 +85,24 @@ def _bucket_value(bucket):
     return (top << shift) + (1 << (shift - 1))
 
 
+class Cause:
+    """Recompiles of one function for one cause (a new object at ``m.act``,
+    new shapes of ``x``, a new jit wrapper): the data of one finding."""
+
+    def __init__(self):
+        self.count = 0
+        self.ns = 0
+        self.sites = collections.Counter()  # (file, line) -> compiles
+        self.shapes = []  # "x: f32[40,8]" per shape recompile (the latest 8)
+        self.made_at = None  # where the new object was defined (a function)
+
+    def add(self, ns, site):
+        self.count += 1
+        self.ns += ns
+        if site is not None:
+            self.sites[site] += 1
+
+
 class FunctionStats:
     """Aggregates of one function (keyed by its code location) over a trace."""
 
@@ -105,6 +125,9 @@ class FunctionStats:
         self.first_signature = None  # Description of the first compile
         self.recompiles = []  # (compile number, [what changed])
         self.recompiles_dropped = 0
+        self.causes = {}  # (kind, paths) -> Cause: recompiles a finding reports
+        self.wrappers = set()  # serials of the wrapper objects that compiled
+        self.arg_names = None  # positional parameter names, for front ends whose signatures have none
 
     def add_calls(self, phases, overhead, hit, fast):
         """Fold a batch of calls: ``phases`` (calls x 5 ns), ``overhead``
@@ -162,13 +185,33 @@ class Trace:
         self._cwd = os.getcwd()  # locations are shown relative to it
         self.start_ns = time.perf_counter_ns()
         self.end_ns = None
+        self._host_bytes = {}  # id(signature) -> (signature, numpy bytes each call converts)
+        self._transfers = {}  # site -> [calls, bytes, ns outside the launch]
+        self._serials = itertools.count()  # one per wrapper object seen
+        self._compiled = {}  # id(signature) -> (signature, function key): whose executable
+        self.tally = None  # hooks.Tally while host syncs and eager ops are watched
 
     # -- the hook (hot: with the folding, ~0.7 us a call) ----------------
     def record(self, fn, times, hit, compile_ns, fallback, signature):
         tid = get_ident()
         if tid not in self._thread_names:  # named now: a thread may end before the fold
             self._thread_names[tid] = threading.current_thread().name
-        self._pending.append((fn, times, hit, compile_ns, fallback, signature, tid))
+        # The user's line, for findings: taken on misses and fallbacks (rare)
+        # and on calls that convert numpy data, never on a plain hit.
+        site = None
+        if not hit or fallback is not None:
+            site = user_site(sys._getframe(1))
+        if signature is not None:
+            host = self._host_bytes.get(id(signature))
+            if host is None or host[0] is not signature:
+                host = self._host_bytes[id(signature)] = (signature, _host_bytes(signature))
+            if host[1]:
+                site = site or user_site(sys._getframe(1))
+                entry = self._transfers.setdefault(site, [0, 0, 0])
+                entry[0] += 1
+                entry[1] += host[1]
+                entry[2] += (times[5] - times[0]) - (times[4] - times[3])
+        self._pending.append((fn, times, hit, compile_ns, fallback, signature, tid, site))
         if len(self._pending) >= _FOLD_EVERY:
             self._fold()
 
@@ -186,7 +229,7 @@ class Trace:
             self._fold_batch(batch)
 
     def _fold_batch(self, batch):
-        fns, times, hits, compiles, fallbacks, signatures, tids = zip(*batch)
+        fns, times, hits, compiles, fallbacks, signatures, tids, sites = zip(*batch)
         n = len(batch)
         stamps = np.fromiter(itertools.chain.from_iterable(times), np.int64, 6 * n).reshape(n, 6)
         phases = np.diff(stamps, axis=1)
@@ -210,14 +253,18 @@ class Trace:
 
         # Misses, compiles and fallbacks are rare: one at a time, in order.
         if not (no_fallback and hit.all() and compiles.count(0) == n):
-            for fn, one_hit, one_compile_ns, fallback, signature in zip(
-                fns, hits, compiles, fallbacks, signatures
+            for fn, one_hit, one_compile_ns, fallback, signature, site in zip(
+                fns, hits, compiles, fallbacks, signatures, sites
             ):
                 stats = self._functions[keys[fn]]
                 if fallback is not None:
                     stats.fallbacks[fallback] += 1
                 if one_compile_ns or (not one_hit and fallback is None):
-                    self._count_compile(stats, one_compile_ns, signature)
+                    if signature is not None:
+                        self._compiled[id(signature)] = (signature, keys[fn])
+                    if stats.arg_names is None:
+                        stats.arg_names = _positional_names(fn)
+                    self._count_compile(stats, one_compile_ns, signature, site, fn, self._serial_of(fn))
 
         # Keep the batch for the trace file (by function key: neither compiled
         # functions nor signatures stay alive), then only as many old batches
@@ -248,16 +295,23 @@ class Trace:
             ref = weakref.ref(fn, lambda _: keys.pop(fn_id, None))
         except TypeError:
             ref = lambda: fn  # not weakly referenceable: hold it
-        self._keys[fn_id] = (key, ref)
+        self._keys[fn_id] = (key, ref, next(self._serials))
         return key
 
+    def _serial_of(self, fn):
+        """A number per wrapper object (a new jax.jit(f) gets a new one)."""
+        return self._keys[id(fn)][2]
+
     @staticmethod
-    def _count_compile(stats, compile_ns, signature):
+    def _count_compile(stats, compile_ns, signature, site=None, fn=None, serial=None):
         stats.compiles += 1
         stats.compile_ns += compile_ns
+        new_wrapper = serial is not None and serial not in stats.wrappers
+        if serial is not None:
+            stats.wrappers.add(serial)
         if signature is None:
             return
-        current = describe(signature)
+        current = describe(signature, stats.arg_names)
         if stats.first_signature is None:
             stats.first_signature = current
         if stats.signatures:
@@ -266,6 +320,7 @@ class Trace:
                 stats.recompiles.append((stats.compiles, changes))
             else:
                 stats.recompiles_dropped += 1
+            _count_cause(stats, changes, compile_ns, site, new_wrapper and made_at(fn) or site, new_wrapper)
         stats.signatures.append(current)
 
     # -- results ----------------------------------------------------------
@@ -292,10 +347,22 @@ class Trace:
     # import this one, so they are imported when used.
 
     def report(self):
-        """The report text: one row per function, then each recompile explained."""
+        """The report text: the wall-time split, one row per function, each
+        recompile explained, the executables kept, the findings."""
         from fastdispatch.tracing.report import format_report
 
-        return format_report(self.function_stats(), self._wall_ns(), process_of_program())
+        return format_report(self.function_stats(), self._wall_ns(), process_of_program(), self.summary())
+
+    def summary(self):
+        """The report as data (findings.summary): what the text and the JSON show."""
+        from fastdispatch.tracing.findings import summary
+
+        return summary(self)
+
+    def save_report(self, path):
+        """Write the report as JSON (``--trace-json``)."""
+        with open(path, "w") as f:
+            json.dump(self.summary(), f, indent=1)
 
     def latest_calls(self):
         """The latest (up to max_events) calls, oldest first, as tuples
@@ -316,6 +383,49 @@ class Trace:
         """Write the last ``max_events`` calls as Chrome trace-event JSON."""
         with open(path, "w") as f:
             json.dump(self.chrome_trace(), f, separators=(",", ":"))
+
+
+def _count_cause(stats, changes, compile_ns, site, wrapper_site, new_wrapper):
+    """File a recompile under the cause a finding reports, when it has one:
+    only new objects changed, only shapes changed, or nothing changed but
+    the jit wrapper."""
+    kinds = {getattr(change, "kind", "") for change in changes}
+    if kinds == {"new_object"}:
+        key = ("new_object", tuple(change.path for change in changes))
+    elif kinds == {"shape"}:
+        key = ("shape", tuple(change.path for change in changes))
+    elif kinds == {"unchanged"} and new_wrapper:
+        key, site = ("new_wrapper", ()), wrapper_site
+    else:
+        return
+    cause = stats.causes.get(key)
+    if cause is None:
+        cause = stats.causes[key] = Cause()
+    cause.add(compile_ns, site)
+    if key[0] == "shape":
+        cause.shapes = (cause.shapes + [", ".join(changes)])[-8:]
+    elif key[0] == "new_object":
+        cause.made_at = changes[0].made_at
+
+
+def _host_bytes(signature):
+    """Bytes of numpy data a call of this signature converts to device arrays."""
+    total = 0
+    for key in signature.leaf_keys():
+        if key.kind == "host":
+            total += int(np.prod(key.shape, dtype=np.int64)) * np.dtype(key.dtype).itemsize
+    return total
+
+
+def _positional_names(fn):
+    """The positional parameter names of the user's function behind ``fn``."""
+    target = inspect.unwrap(getattr(fn, "__wrapped__", fn))
+    try:
+        parameters = inspect.signature(target).parameters.values()
+    except (TypeError, ValueError):
+        return ()
+    kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    return tuple(p.name for p in parameters if p.kind in kinds)
 
 
 def label(stats):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastdispatch.tracing.recorder import PHASES, label
 
-__all__ = ["compile_count_message", "format_report", "trace_title"]
+__all__ = ["compile_count_message", "format_findings", "format_report", "format_split", "trace_title"]
 
 # A p99 of fewer hits than this says nothing beyond the slowest hit, which the
 # report shows instead (4 hits once gave "6.8 / 3.9 / 4.5": a p99 under the mean).
@@ -19,16 +19,22 @@ OVERHEAD_NOTE = (
 )
 
 
-def format_report(functions, wall_ns, process=None):
+def format_report(functions, wall_ns, process=None, summary=None):
     """The report of these FunctionStats; ``process``: ``(index, count)`` in a
-    program of several processes, named in the header."""
+    program of several processes, named in the header; ``summary``: the
+    model of findings.summary, for the wall-time split and the findings."""
     calls = sum(s.calls for s in functions)
     lines = [
         f"{trace_title(process)}: {_count(calls, 'call')} of {_count(len(functions), 'function')} "
         f"in {wall_ns / 1e9:.3f} s wall"
     ]
+    if summary is not None:
+        lines += format_split(summary["split"], summary["wall_seconds"]) + [""]
     if not functions:
-        return "\n".join(lines + ["(no compiled function was called)"]) + "\n"
+        lines.append("(no compiled function was called)")
+        if summary is not None:
+            lines += format_findings(summary["findings"])
+        return "\n".join(lines) + "\n"
     header = (
         "function",
         "calls",
@@ -78,6 +84,9 @@ def format_report(functions, wall_ns, process=None):
                 lines += [f"    {change}" for change in changes]
             if s.recompiles_dropped:
                 lines.append(f"  {label(s)}: {s.recompiles_dropped} more recompiles not shown")
+    if summary is not None:
+        lines += format_executables(summary["executables"])
+        lines += format_findings(summary["findings"])
     lines += ["", OVERHEAD_NOTE]
     return "\n".join(lines) + "\n"
 
@@ -87,6 +96,56 @@ def _tail(s):
     if s.fast_calls >= P99_MIN_HITS:
         return f"{s.overhead.quantile(0.99) / 1e3:.1f}"
     return f"max {s.overhead_max_ns / 1e3:.1f}"
+
+
+def format_split(split, wall_seconds):
+    """Where the wall time went: compiled calls, compiling, eager ops, host syncs, the rest."""
+    phases = ", ".join(
+        f"{name} {seconds:.3f}" for name, seconds in split["compile_phases"].items() if seconds
+    )
+    parts = [
+        ("inside compiled calls", split["compiled_calls"], ""),
+        ("compiling", split["compiling"], f"jax: {phases}" if phases else ""),
+        ("eager jax ops outside jit", split["eager_ops"], ""),
+        ("blocked on host syncs", split["host_syncs"], ""),
+        ("the rest (your Python)", split["rest"], ""),
+    ]
+    rows = [
+        (name, f"{seconds:.3f} s", f"{100 * seconds / wall_seconds:.1f}%" if wall_seconds else "-", note)
+        for name, seconds, note in parts
+        if seconds is not None
+    ]
+    return ["wall time:"] + ["  " + row for row in _table(rows, right_aligned=(1, 2))]
+
+
+def format_executables(rows):
+    """Executables kept per function, with a warning where they differ by object identity only."""
+    if not any(row["compiles"] > 1 for row in rows):
+        return []
+    lines = ["", "executables kept (in the shared cache, at exit):"]
+    for row in rows:
+        if row["compiles"] > 1:
+            line = f"  {row['function']}: {row['kept']} kept of {row['compiles']} compiled"
+            if row["memory_bytes"] is not None:
+                line += f", holding {row['memory_bytes'] / 2**20:.1f} MiB"
+            if row["identity_only"]:
+                line += (
+                    f"; warning: {row['identity_only']} compiled for signatures that differ only by "
+                    "object identity (see findings)"
+                )
+            lines.append(line)
+    return lines
+
+
+def format_findings(findings):
+    """One paragraph per finding: where, what, how often, how long, what to change."""
+    if not findings:
+        return []
+    lines = ["", "findings (what to change, at your line):"]
+    for f in findings:
+        lines.append(f"  {f['file']}:{f['line']}  {f['kind']}, {f['count']}x, {f['seconds']:.3f} s")
+        lines.append(f"    {f['message']}")
+    return lines
 
 
 def trace_title(process=None):

@@ -406,3 +406,18 @@ def test_gloo_on_address_installs_a_cpu_backend_with_gloo_on_loopback():
         [sys.executable, "-c", GLOO_ON_ADDRESS], capture_output=True, text=True, timeout=60, env=env
     )
     assert proc.returncode == 0 and "GLOO-OK" in proc.stdout, proc.stdout + proc.stderr
+
+
+def test_compile_phase_events_are_reported_by_jax_monitoring():
+    durations = []
+
+    def listener(event, seconds, **kwargs):
+        if event in _jax.COMPILE_PHASE_EVENTS:
+            durations.append(_jax.COMPILE_PHASE_EVENTS[event])
+
+    jax.monitoring.register_event_duration_secs_listener(listener)
+    try:
+        jax.jit(lambda v: v * 3 + 1)(jnp.ones(5))
+    finally:
+        jax.monitoring.unregister_event_duration_listener(listener)
+    assert set(durations) == {"tracing", "lowering", "XLA"}

@@ -1,0 +1,230 @@
+"""Findings: what to change, at the user's line.  The report's model.
+
+``summary(trace)`` is what both the text report and ``--trace-json`` are
+made from: the wall-time split (compiled calls, compiling, eager ops, host
+syncs, the rest), the executables each function keeps, and the findings,
+each at a file and line of the program with a count, the seconds it cost and
+one sentence saying what to change:
+
+  recompile_new_object  recompiles whose only change is a new object of the
+                        same kind (a lambda made anew, a rebuilt module's
+                        bound method) in a static argument or graph attribute
+  shape_churn           one argument compiled for many shapes
+  new_wrapper           the same signature compiled again through a new jit
+  host_sync             device-to-host reads of jax arrays (float(), .item(), ...)
+  host_transfer         numpy data converted to device arrays at every call
+  eager_ops             jax operations dispatched one by one outside jit
+
+A site must cross a threshold to be a finding (below): a handful of host
+reads to print a loss every few epochs is not one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from fastdispatch.tracing.sites import short
+
+__all__ = ["Finding", "summary"]
+
+# What makes a finding: the least count at one site (or of one function).
+MIN_RECOMPILES_NEW_OBJECT = 1
+MIN_SHAPE_RECOMPILES = 2  # three shapes of one argument
+MIN_NEW_WRAPPERS = 1
+MIN_HOST_SYNCS = 10
+MIN_HOST_TRANSFERS = 10
+MIN_EAGER_OPS = 100
+
+KINDS = ("recompile_new_object", "shape_churn", "new_wrapper", "host_sync", "host_transfer", "eager_ops")
+
+
+@dataclasses.dataclass
+class Finding:
+    kind: str  # one of KINDS
+    file: str  # the user's file, relative to the working directory when below it
+    line: int
+    count: int  # recompiles, host reads, calls or operations
+    seconds: float  # the time they took
+    message: str  # what happened and what to change
+    function: str = ""  # the compiled function concerned, "name (file:line)"
+
+    def as_dict(self):
+        return dataclasses.asdict(self)
+
+
+def summary(trace) -> dict:
+    """The whole report as data (JSON-ready): title, wall time and its split,
+    the function table, the executables kept, the findings."""
+    from fastdispatch._jax import process_of_program
+    from fastdispatch.tracing.recorder import label
+    from fastdispatch.tracing.report import trace_title
+
+    functions = trace.function_stats()
+    wall_ns = trace._wall_ns()
+    findings = _function_findings(functions, trace._cwd, label) + _site_findings(trace, label)
+    findings.sort(key=lambda f: -f.seconds)
+    return {
+        "title": trace_title(process_of_program()),
+        "wall_seconds": wall_ns / 1e9,
+        "split": wall_split(functions, wall_ns, trace.tally),
+        "functions": [s.as_dict(wall_ns) for s in functions],
+        "executables": executables(trace, functions, label),
+        "findings": [f.as_dict() for f in findings],
+    }
+
+
+def wall_split(functions, wall_ns, tally) -> dict:
+    """Seconds of the traced wall time by where they went; ``eager_ops`` and
+    ``host_syncs`` are None where they were not watched (``trace()`` from Python)."""
+    compiling = sum(s.compile_ns for s in functions) / 1e9
+    in_calls = sum(s.call_ns for s in functions) / 1e9 - compiling
+    eager = tally.eager_seconds() if tally is not None else None
+    syncs = tally.sync_seconds() if tally is not None else None
+    rest = wall_ns / 1e9 - in_calls - compiling - (eager or 0.0) - (syncs or 0.0)
+    return {
+        "compiled_calls": in_calls,
+        "compiling": compiling,
+        "compile_phases": dict(tally.compile_seconds) if tally is not None else {},
+        "eager_ops": eager,
+        "host_syncs": syncs,
+        "rest": max(rest, 0.0),
+    }
+
+
+def executables(trace, functions, label) -> list:
+    """Per function: the executables the shared cache keeps for it, the
+    device memory they hold (XLA's memory analysis; None where no executable
+    of the fast path says), and how many recompiles were for signatures that
+    differ only by object identity."""
+    from fastdispatch._cache import default_cache
+
+    kept, memory = {}, {}
+    for entry in default_cache().entries():
+        found = trace._compiled.get(id(entry.signature))
+        if found is not None and found[0] is entry.signature:
+            kept[found[1]] = kept.get(found[1], 0) + 1
+            size = entry.executable.memory_bytes() if entry.executable is not None else None
+            if size is not None:
+                memory[found[1]] = memory.get(found[1], 0) + size
+    rows = []
+    for s in functions:
+        identity = sum(c.count for (kind, _), c in s.causes.items() if kind == "new_object")
+        rows.append(
+            {
+                "function": label(s),
+                "compiles": s.compiles,
+                "kept": kept.get((s.name, s.location), 0),
+                "identity_only": identity,
+                "memory_bytes": memory.get((s.name, s.location)),
+            }
+        )
+    return rows
+
+
+def _function_findings(functions, cwd, label) -> list:
+    findings = []
+    for s in functions:
+        for (kind, paths), cause in s.causes.items():
+            site = cause.sites.most_common(1)[0][0] if cause.sites else None
+            if site is None:
+                continue
+            if kind == "new_object" and cause.count >= MIN_RECOMPILES_NEW_OBJECT:
+                findings.append(_new_object(s, paths, cause, site, cwd, label))
+            elif kind == "shape" and cause.count >= MIN_SHAPE_RECOMPILES:
+                findings.append(_shape_churn(s, paths, cause, site, cwd, label))
+            elif kind == "new_wrapper" and cause.count >= MIN_NEW_WRAPPERS:
+                findings.append(_new_wrapper(s, cause, site, cwd, label))
+    return findings
+
+
+def _new_object(s, paths, cause, site, cwd, label):
+    names = ", ".join(paths)
+    made = f" (made at {short(cause.made_at, cwd)})" if cause.made_at else ""
+    message = (
+        f"{s.name} compiled {_more(cause.count)} because {names} held a new object of the "
+        f"same kind{made}, which jax compares by identity; make it once and reuse it (a module-level "
+        f"function instead of a lambda or bound method made in __init__), or build the object once "
+        f"outside the loop"
+    )
+    return _finding("recompile_new_object", site, cause.count, cause.ns, message, cwd, label(s))
+
+
+def _shape_churn(s, paths, cause, site, cwd, label):
+    names = ", ".join(paths)
+    latest = "; ".join(cause.shapes[-2:])
+    message = (
+        f"{s.name} compiled {_more(cause.count)} for new shapes of {names} ({latest}); "
+        f"pad {names} to a few fixed sizes (buckets, or one size with a mask) "
+        "so that it compiles once per size"
+    )
+    return _finding("shape_churn", site, cause.count, cause.ns, message, cwd, label(s))
+
+
+def _new_wrapper(s, cause, site, cwd, label):
+    message = (
+        f"{s.name} compiled {_more(cause.count)} with an unchanged signature, each time through "
+        f"a new jit wrapper made on this line; make the jit once, outside the loop, and call that"
+    )
+    return _finding("new_wrapper", site, cause.count, cause.ns, message, cwd, label(s))
+
+
+def _site_findings(trace, label) -> list:
+    findings, cwd, tally = [], trace._cwd, trace.tally
+    for site, (calls, total_bytes, ns) in trace._transfers.items():
+        if site is None or calls < MIN_HOST_TRANSFERS:
+            continue
+        message = (
+            f"numpy data converted to device arrays at every call ({_bytes(total_bytes // calls)} a call, "
+            f"{calls} calls); put it on the device once before the loop (jax.device_put), "
+            f"or slice device-resident data, instead of passing numpy arrays"
+        )
+        findings.append(_finding("host_transfer", site, calls, ns, message, cwd))
+    if tally is None:
+        return findings
+    by_site = {}
+    for (site, how), (count, ns) in tally.syncs.items():
+        if site is not None:
+            entry = by_site.setdefault(site, [0, 0, []])
+            entry[0] += count
+            entry[1] += ns
+            entry[2].append(how)
+    for site, (count, ns, hows) in by_site.items():
+        if count < MIN_HOST_SYNCS:
+            continue
+        message = (
+            f"{' and '.join(sorted(set(hows)))} of a jax array waits for the device and copies to the host, "
+            f"{_times(count)}; keep values on the device (accumulate inside the jitted step) and read them "
+            f"once every N steps or at the end"
+        )
+        findings.append(_finding("host_sync", site, count, ns, message, cwd))
+    for site, (count, ns) in tally.eager.items():
+        if count < MIN_EAGER_OPS:
+            continue
+        message = (
+            f"{count} jax operations dispatched one by one outside jit here; move them into the jitted "
+            f"function (or jit the loop body) so that they run as one executable"
+        )
+        findings.append(_finding("eager_ops", site, count, ns, message, cwd))
+    return findings
+
+
+def _finding(kind, site, count, ns, message, cwd, function=""):
+    where = short(site, cwd)
+    file, _, line = where.rpartition(":")
+    return Finding(kind, file, int(line), count, ns / 1e9, message, function)
+
+
+def _more(n):
+    return "once more" if n == 1 else f"{n} more times"
+
+
+def _times(n):
+    return "once" if n == 1 else f"{n} times"
+
+
+def _bytes(n):
+    for unit in ("bytes", "KiB", "MiB"):
+        if n < 1024 or unit == "MiB":
+            return f"{n:.0f} {unit}" if unit == "bytes" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n} bytes"

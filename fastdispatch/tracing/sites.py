@@ -1,0 +1,125 @@
+"""Where in the user's code something happened: the frame outside the libraries.
+
+A finding is reported at the user's file and line, not at the jax, flax,
+equinox, numpy or fastdispatch frame that did the work.  ``user_site()``
+walks up the stack to the first frame of the program's own code; whether a
+code object is library code is decided once per code object.
+
+``remember_jit`` wraps ``fastdispatch.jit`` while tracing, so that a compiled
+function knows the line that made it (a new ``jax.jit`` wrapper inside a loop
+is reported there).
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import os
+import sys
+import sysconfig
+import weakref
+
+__all__ = ["library_code", "made_at", "remember_jit", "short", "user_site"]
+
+# Packages whose frames are never the user's: the work is done there, the
+# decision to do it is made in the program.
+_LIBRARIES = ("fastdispatch", "jax", "jaxlib", "flax", "equinox", "numpy", "optax", "chex", "ml_dtypes")
+
+
+def _library_roots():
+    roots = []
+    for name in _LIBRARIES:
+        spec = importlib.util.find_spec(name) if name not in sys.modules else sys.modules[name].__spec__
+        for location in getattr(spec, "submodule_search_locations", None) or ():
+            roots.append(os.path.join(os.path.realpath(location), ""))
+            roots.append(os.path.join(location, ""))
+    for key in ("stdlib", "platstdlib"):  # functools, contextlib, runpy, ...
+        roots.append(os.path.join(sysconfig.get_paths()[key], ""))
+    return tuple(dict.fromkeys(roots))
+
+
+_roots = None
+_is_library = {}  # code object -> bool
+
+
+def library_code(code) -> bool:
+    """Whether frames of ``code`` belong to a library (or to Python itself)."""
+    found = _is_library.get(code)
+    if found is None:
+        global _roots
+        if _roots is None:
+            _roots = _library_roots()
+        filename = code.co_filename
+        found = filename.startswith("<frozen") or filename.startswith(_roots)
+        _is_library[code] = found
+    return found
+
+
+def user_site(frame=None):
+    """``(filename, line)`` of the innermost frame of the program's own code
+    above ``frame`` (default: the caller's caller), or None when there is none."""
+    frame = sys._getframe(2) if frame is None else frame
+    while frame is not None:
+        if not library_code(frame.f_code):
+            return frame.f_code.co_filename, frame.f_lineno
+        frame = frame.f_back
+    return None
+
+
+def short(site, cwd) -> str:
+    """``prog.py:12``: the file relative to ``cwd`` when it is below it."""
+    if site is None:
+        return "?"
+    filename, line = site
+    try:
+        relative = os.path.relpath(filename, cwd)
+    except ValueError:  # another drive on Windows
+        relative = filename
+    return f"{filename if relative.startswith('..') else relative}:{line}"
+
+
+# -- the line that made a compiled function ---------------------------------------
+
+_made_at = weakref.WeakKeyDictionary()  # compiled function -> (filename, line)
+
+
+def made_at(fn):
+    """The site that made ``fn`` through ``remember_jit``, or None."""
+    try:
+        return _made_at.get(fn)
+    except TypeError:  # not weakly referenceable or not hashable
+        return None
+
+
+def remember_jit(jit):
+    """``jit`` that remembers where each compiled function was made.  Used as
+    ``jax.jit`` while tracing (a decorator factory, ``jit(static_argnums=1)``,
+    is wrapped too, so that ``@partial(jax.jit, ...)`` is remembered)."""
+
+    @functools.wraps(jit)
+    def remembering(*args, **kwargs):
+        made = jit(*args, **kwargs)
+        site = user_site(sys._getframe(1))
+        if args:
+            _remember(made, site)
+            return made
+        return _remember_decorator(made, site)
+
+    return remembering
+
+
+def _remember_decorator(decorator, site):
+    @functools.wraps(decorator)
+    def decorate(fun):
+        made = decorator(fun)
+        _remember(made, site)
+        return made
+
+    return decorate
+
+
+def _remember(fn, site):
+    try:
+        _made_at[fn] = site
+    except TypeError:
+        pass
