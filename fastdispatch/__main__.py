@@ -66,6 +66,10 @@ class Options:
         self.args = []
 
 
+# Options that take a file name, as --name FILE or --name=FILE: their field.
+_FILE_OPTIONS = {"--trace-out": "trace_out", "--trace-json": "trace_json"}
+
+
 def parse(argv):
     """Options up to the script (or -m module); everything after belongs to it."""
     options = Options()
@@ -79,22 +83,16 @@ def parse(argv):
             options.trace = True
         elif arg == "--no-patch":
             options.patch = False
-        elif arg == "--trace-out" or arg.startswith("--trace-out="):
+        elif arg.partition("=")[0] in _FILE_OPTIONS:
+            name = arg.partition("=")[0]
             if "=" in arg:
-                options.trace_out = arg.partition("=")[2]
+                value = arg.partition("=")[2]
             elif i + 1 < len(argv):
                 i += 1
-                options.trace_out = argv[i]
+                value = argv[i]
             else:
-                usage_error("--trace-out needs a file name")
-        elif arg == "--trace-json" or arg.startswith("--trace-json="):
-            if "=" in arg:
-                options.trace_json = arg.partition("=")[2]
-            elif i + 1 < len(argv):
-                i += 1
-                options.trace_json = argv[i]
-            else:
-                usage_error("--trace-json needs a file name")
+                usage_error(f"{name} needs a file name")
+            setattr(options, _FILE_OPTIONS[name], value)
         elif arg == "-m":
             if i + 1 >= len(argv):
                 usage_error("-m needs a module name")

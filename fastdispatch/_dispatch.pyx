@@ -133,9 +133,6 @@ cdef dict _kwargs_from_array(PyObject** items, Py_ssize_t nargs, PyObject* kwnam
     return kwargs
 
 
-# CallLayout.guard's answer when the leaves are the call's positional
-# arguments themselves: the tuple is only built if the executable runs.
-
 cdef inline bint _all_keyable(tuple values):
     for value in values:
         if classify_leaf(value) > LEAF_HOST:
@@ -237,14 +234,14 @@ cdef inline str _hand_off_reason(PreviousJitCall previous, Call* call):
     """Why jax.jit takes this call, laid out as the previous one, whatever
     jax's context, or None: the previous call's entry is one jax.jit runs for
     its numpy leaves, or this call brings a Python scalar value its executable
-    leaves to jax (see Executable.new_scalar_in)."""
+    leaves to jax (see Inputs.new_scalar_in)."""
     if previous.hands_off:
         return _HOST_DATA
     cdef Executable executable = previous.entry.executable
-    if executable is None or not executable.new_scalars_to_jax:
+    if executable is None or not executable.inputs.new_scalars_to_jax:
         return None
     cdef tuple leaves = previous.layout.leaves(call)
-    if executable.new_scalar_in(PySequence_Fast_ITEMS(leaves)):
+    if executable.inputs.new_scalar_in(PySequence_Fast_ITEMS(leaves)):
         return _NEW_SCALAR
     return None
 

@@ -17,6 +17,16 @@ cdef struct Call:
     PyObject* args
     PyObject* kwargs
 
+
+# A call made with a tuple and a dict (filter_jit's, nnx.jit's).
+cdef inline void python_call(Call* call, object function, tuple args, dict kwargs) noexcept:
+    call.function = <PyObject*>function
+    call.args = <PyObject*>args
+    call.kwargs = <PyObject*>kwargs
+    call.argv = NULL
+    call.nargsf = 0
+    call.kwnames = NULL
+
 # The clock readings of one traced call; the report's phases lie between them.
 # The same boundaries open and close the call's jax.profiler spans.
 cdef struct CallTimes:

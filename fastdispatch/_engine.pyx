@@ -40,12 +40,6 @@ cdef object _trace_state = _jax.TRACE_STATE
 cdef object _clean_trace_state = _jax.CLEAN_TRACE_STATE
 cdef object _slow_path_reason = _jax.slow_path_reason
 
-cdef str _TRACER = _reasons.TRACER
-cdef str _UNSUPPORTED_LEAF = _reasons.UNSUPPORTED_LEAF
-cdef str _STATIC_ARGUMENT_ERROR = _reasons.STATIC_ARGUMENT_ERROR
-cdef str _COMPILE_ERROR = _reasons.COMPILE_ERROR
-cdef str _NOT_REUSABLE = _reasons.EXECUTABLE_NOT_REUSABLE
-
 # The trace sink (fastdispatch.tracing) while tracing is on, else None: the
 # one flag a call checks for --trace.
 cdef object _trace_sink = None
@@ -185,17 +179,17 @@ cdef class Engine:
                                        &refused, front)
         except Exception:
             # An unhashable static argument: the library raises jax's error.
-            return self.fallback(call, _STATIC_ARGUMENT_ERROR, times, None)
+            return self.fallback(call, _reasons.STATIC_ARGUMENT_ERROR, times, None)
         if signature is None:
             return self.fallback(
-                call, _TRACER if refused == LEAF_TRACER else _UNSUPPORTED_LEAF, times, None)
+                call, _reasons.TRACER if refused == LEAF_TRACER else _reasons.UNSUPPORTED_LEAF, times, None)
         reached(times, AT_KEYED, "lookup")
         cdef CacheEntry entry
         try:
             entry = self.executables.find(signature)
         except Exception:
             # A static argument's __eq__ raised: the library reports it its way.
-            return self.fallback(call, _STATIC_ARGUMENT_ERROR, times, signature)
+            return self.fallback(call, _reasons.STATIC_ARGUMENT_ERROR, times, signature)
         if entry is None:
             reason = _slow_path_reason()
             if reason is not None:
@@ -237,7 +231,7 @@ cdef class Engine:
             out = self.slow_call(call)
         except BaseException as error:
             self.executables.fail(entry, error)
-            ended(call, times, False, now_ns() - began, _COMPILE_ERROR, entry.signature)
+            ended(call, times, False, now_ns() - began, _reasons.COMPILE_ERROR, entry.signature)
             raise
         cdef long long compiled_at = now_ns()
         reached(times, AT_LAUNCHED, "build entry")
@@ -248,7 +242,7 @@ cdef class Engine:
             reason = refusal.reason
             entry.slow_detail = refusal.detail
         except Exception as error:
-            reason = _NOT_REUSABLE
+            reason = _reasons.EXECUTABLE_NOT_REUSABLE
             entry.slow_detail = repr(error)
         self.executables.complete(entry, executable, finish, reason, (compiled_at - began) / 1e9)
         self.remember(call, entry, entry.signature)

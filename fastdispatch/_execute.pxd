@@ -6,20 +6,35 @@ from fastdispatch._signature cimport CallSignature, LeafKind
 cdef class Delegate:
     cdef readonly str reason
 
-cdef class Executable:
-    cdef object execute                # LoadedExecutable.execute_sharded, bound
-    cdef readonly list out_handlers    # one jaxlib result handler per flat output
-    cdef readonly object out_treedef   # jax's PyTreeDef of the outputs
+# How a call's flat leaves become an executable's kept inputs.
+cdef class Inputs:
     cdef Py_ssize_t num_inputs         # kept inputs: what the executable takes
     cdef Py_ssize_t* input_leaf        # the flat leaf index of each kept input
     cdef LeafKind* input_kind          # how each kept input enters (ARRAY, KEY, SCALAR, HOST)
-    cdef bint takes_leaves_as_is       # every leaf kept, every leaf an ARRAY
+    cdef bint as_is                    # every leaf kept, every leaf an ARRAY: the leaves are the inputs
     cdef tuple host_inputs             # per kept input: a HostInput (SCALAR, HOST), or None
     cdef bint has_scalars              # some kept input is a Python scalar
     cdef tuple scalar_buffers          # per kept input: {value bits: device array} (SCALAR), or None
     cdef bint reuse_scalar_buffers     # False when the function donates arguments
     cdef readonly bint new_scalars_to_jax  # a scalar value not seen before: jax.jit converts it faster
     cdef list last_scalars             # per kept input: the last value's bits met (SCALAR), or None
+
+    # The executable's input buffers (a new list) for a call's flat leaves
+    # (a list or a tuple), or a Delegate when the library must run the call
+    # (a host value that does not convert, a new scalar value jax converts faster).
+    cdef object prepare(self, object leaves)
+    # For new_scalars_to_jax: some scalar leaf holds a value neither kept on
+    # device nor the previous call's: jax.jit should take the call.
+    cdef bint new_scalar_in(self, PyObject** leaves)
+    cdef bint _is_new(self, Py_ssize_t input, object bits)
+    cdef object _scalar_buffer(self, Py_ssize_t input, object value, bint reuse)
+
+
+cdef class Executable:
+    cdef readonly Inputs inputs        # how a call's leaves become its inputs
+    cdef object execute                # LoadedExecutable.execute_sharded, bound
+    cdef readonly list out_handlers    # one jaxlib result handler per flat output
+    cdef readonly object out_treedef   # jax's PyTreeDef of the outputs
     # Effects (see _execute_with_tokens): as pxla.ExecuteReplicated runs them.
     cdef bint with_tokens              # run with runtime tokens (the executable has effects)
     cdef tuple ordered_effects         # one token input and output each, ahead of the others
@@ -31,15 +46,9 @@ cdef class Executable:
     cdef bint paced                    # a launch on several CPU devices: see _pace
 
     # The flat outputs (a list) of one call on its flat leaves, or a Delegate
-    # when the library must run it after all (a host value that does not
-    # convert, a new scalar value jax converts faster).  With tracing on,
-    # launched[0] is stamped once the executable has returned.
+    # when the library must run it after all (see Inputs.prepare).  With
+    # tracing on, launched[0] is stamped once the executable has returned.
     cdef object run(self, object leaves, long long* launched)
-    # For new_scalars_to_jax: some scalar leaf holds a value neither kept on
-    # device nor the previous call's: jax.jit should take the call.
-    cdef bint new_scalar_in(self, PyObject** leaves)
-    cdef bint _is_new(self, Py_ssize_t input, object bits)
-    cdef object _scalar_buffer(self, Py_ssize_t input, object value, bint reuse)
     cdef object _execute_with_tokens(self, object buffers)
 
 

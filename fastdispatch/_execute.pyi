@@ -17,8 +17,11 @@ class Delegate:
     reason: str
     def __init__(self, reason: str) -> None: ...
 
-class Executable:
+class Inputs:
     new_scalars_to_jax: bool
+
+class Executable:
+    inputs: Inputs
     out_handlers: list[Any]
     out_treedef: Any
     def memory_bytes(self) -> int | None: ...

@@ -3,7 +3,8 @@
 flat leaves, straight through PjRt, and returns its flat outputs (the front
 end's Outputs rebuild the result: fastdispatch._outputs).
 
-    execute_sharded(kept inputs).consume_with_handlers(out handlers)
+    Inputs.prepare(leaves) -> execute_sharded(kept inputs)
+        -> consume_with_handlers(out handlers)
 
 It is built from the pieces ``_jax.executable_parts`` takes out of a
 ``jax.stages.Compiled``, and from the call's CallSignature, which says what
@@ -120,7 +121,7 @@ cdef inline void _pace(object token):
 
 
 cdef class Delegate:
-    """Executable.run's answer when jax.jit must take the call after all."""
+    """Executable.run's answer when the library must take the call after all."""
 
     def __init__(self, str reason):
         self.reason = reason
@@ -171,70 +172,48 @@ def _identity(arrays):
     return arrays
 
 
-cdef class Executable:
-    """One compiled executable, ready to run on the flat leaves of calls that
-    match the signature it was made for."""
+cdef class Inputs:
+    """How the flat leaves of a call become an executable's kept inputs:
+    arrays as they are, typed keys as their physical array, Python scalars and
+    numpy values put on the device (scalars once per value, where allowed)."""
 
     def __init__(self, *args, **kwargs):
-        raise TypeError("Executable is made by the dispatcher, not directly")
+        raise TypeError("Inputs are made with their Executable, not directly")
 
     def __dealloc__(self):
         PyMem_Free(self.input_leaf)
         PyMem_Free(self.input_kind)
 
-    cdef object run(self, object leaves, long long* launched):
+    cdef object prepare(self, object leaves):
         # leaves: a list or a tuple (PySequence_Fast_ITEMS reads either).
-        cdef object buffers   # the leaves themselves (list or tuple), or a new list
-        cdef PyObject** items
+        cdef PyObject** items = PySequence_Fast_ITEMS(leaves)
         cdef object leaf
         cdef Py_ssize_t j
         cdef LeafKind kind
         cdef bint reuse = False
-        if self.takes_leaves_as_is:
-            buffers = leaves
-        else:
-            if self.has_scalars:
-                # A device array made earlier is reused only where no transfer
-                # guard is set: under one, each call's transfer must meet it.
-                guard = _host_transfer_guard()
-                reuse = self.reuse_scalar_buffers and (guard is None or guard == _ALLOW)
-            items = PySequence_Fast_ITEMS(leaves)
-            buffers = PyList_New(self.num_inputs)
-            for j in range(self.num_inputs):
-                leaf = <object>items[self.input_leaf[j]]
-                kind = self.input_kind[j]
-                if kind == LEAF_KEY:
-                    leaf = getattr(leaf, _KEY_BUFFER)
-                elif kind == LEAF_SCALAR:
-                    leaf = self._scalar_buffer(j, leaf, reuse)
-                    if type(leaf) is Delegate:
-                        return leaf
-                elif kind == LEAF_HOST:
-                    # numpy memory is mutable: converted on every call, never kept.
-                    leaf = _put_host(<object>PyTuple_GET_ITEM(self.host_inputs, j), leaf)
-                    if leaf is None:
-                        return _NO_CONVERSION
-                Py_INCREF(leaf)
-                PyList_SET_ITEM(buffers, j, leaf)
-        try:
-            if self.with_tokens:
-                outputs = self._execute_with_tokens(buffers)
-            elif self.paced:
-                results = self.execute(buffers, with_tokens=True)
-                _pace(results.consume_token())
-                outputs = _consume(results, self.out_handlers)
-            else:
-                outputs = _consume(self.execute(buffers), self.out_handlers)
-        except _RuntimeError as error:
-            raise _as_jit_error(error, self.with_tokens)
-        if launched != NULL:
-            launched[0] = now_ns()
-        return outputs
-
-    def memory_bytes(self):
-        """The device memory this executable holds, by XLA's memory analysis
-        (None where the backend does not say): for --trace's report."""
-        return _jax.compiled_memory_bytes(self.execute)
+        if self.has_scalars:
+            # A device array made earlier is reused only where no transfer
+            # guard is set: under one, each call's transfer must meet it.
+            guard = _host_transfer_guard()
+            reuse = self.reuse_scalar_buffers and (guard is None or guard == _ALLOW)
+        cdef list buffers = PyList_New(self.num_inputs)
+        for j in range(self.num_inputs):
+            leaf = <object>items[self.input_leaf[j]]
+            kind = self.input_kind[j]
+            if kind == LEAF_KEY:
+                leaf = getattr(leaf, _KEY_BUFFER)
+            elif kind == LEAF_SCALAR:
+                leaf = self._scalar_buffer(j, leaf, reuse)
+                if type(leaf) is Delegate:
+                    return leaf
+            elif kind == LEAF_HOST:
+                # numpy memory is mutable: converted on every call, never kept.
+                leaf = _put_host(<object>PyTuple_GET_ITEM(self.host_inputs, j), leaf)
+                if leaf is None:
+                    return _NO_CONVERSION
+            Py_INCREF(leaf)
+            PyList_SET_ITEM(buffers, j, leaf)
+        return buffers
 
     cdef bint new_scalar_in(self, PyObject** leaves):
         cdef Py_ssize_t j
@@ -284,6 +263,40 @@ cdef class Executable:
         if reuse and bits is not None and len(kept) < MAX_REUSED_SCALARS:
             kept[bits] = buffer
         return buffer
+
+
+cdef class Executable:
+    """One compiled executable, ready to run on the flat leaves of calls that
+    match the signature it was made for."""
+
+    def __init__(self, *args, **kwargs):
+        raise TypeError("Executable is made by the dispatcher, not directly")
+
+    cdef object run(self, object leaves, long long* launched):
+        cdef object buffers = leaves   # every leaf an array the executable keeps
+        if not self.inputs.as_is:
+            buffers = self.inputs.prepare(leaves)
+            if type(buffers) is Delegate:
+                return buffers
+        try:
+            if self.with_tokens:
+                outputs = self._execute_with_tokens(buffers)
+            elif self.paced:
+                results = self.execute(buffers, with_tokens=True)
+                _pace(results.consume_token())
+                outputs = _consume(results, self.out_handlers)
+            else:
+                outputs = _consume(self.execute(buffers), self.out_handlers)
+        except _RuntimeError as error:
+            raise _as_jit_error(error, self.with_tokens)
+        if launched != NULL:
+            launched[0] = now_ns()
+        return outputs
+
+    def memory_bytes(self):
+        """The device memory this executable holds, by XLA's memory analysis
+        (None where the backend does not say): for --trace's report."""
+        return _jax.compiled_memory_bytes(self.execute)
 
     cdef object _execute_with_tokens(self, object buffers):
         """The flat outputs of one run of an executable with effects, with jax's
@@ -379,29 +392,32 @@ cdef Executable make_executable(object compiled, CallSignature signature, list l
     if jax_is_fallback and num_host and num_other < HOST_BREAK_EVEN_LEAVES * (num_host + num_cast):
         raise NotFast(_HOST_DATA)
 
-    cdef Executable executable = Executable.__new__(Executable)
-    executable.num_inputs = n
-    executable.input_leaf = <Py_ssize_t*>PyMem_Malloc((n + 1) * sizeof(Py_ssize_t))
-    executable.input_kind = <LeafKind*>PyMem_Malloc((n + 1) * sizeof(LeafKind))
-    if executable.input_leaf == NULL or executable.input_kind == NULL:
+    cdef Inputs inputs = Inputs.__new__(Inputs)
+    inputs.num_inputs = n
+    inputs.input_leaf = <Py_ssize_t*>PyMem_Malloc((n + 1) * sizeof(Py_ssize_t))
+    inputs.input_kind = <LeafKind*>PyMem_Malloc((n + 1) * sizeof(LeafKind))
+    if inputs.input_leaf == NULL or inputs.input_kind == NULL:
         raise MemoryError()
-    executable.takes_leaves_as_is = n == signature.num_leaves
+    inputs.as_is = n == signature.num_leaves
     for j in range(n):
         index = parts.kept[j]
-        executable.input_leaf[j] = index
-        executable.input_kind[j] = signature.keys[index].kind
-        executable.takes_leaves_as_is &= executable.input_kind[j] == LEAF_ARRAY
-    executable.host_inputs = tuple(host_inputs)
-    executable.has_scalars = num_scalars > 0
+        inputs.input_leaf[j] = index
+        inputs.input_kind[j] = signature.keys[index].kind
+        inputs.as_is &= inputs.input_kind[j] == LEAF_ARRAY
+    inputs.host_inputs = tuple(host_inputs)
+    inputs.has_scalars = num_scalars > 0
     # The compiling call's values are the last ones seen: jax.jit converted them.
-    executable.scalar_buffers = tuple([
-        {} if executable.input_kind[j] == LEAF_SCALAR else None for j in range(n)])
-    executable.last_scalars = [
-        _scalar_bits(leaves[executable.input_leaf[j]])
-        if executable.input_kind[j] == LEAF_SCALAR else None for j in range(n)]
-    executable.reuse_scalar_buffers = not donates
-    executable.new_scalars_to_jax = jax_is_fallback and (
+    inputs.scalar_buffers = tuple([
+        {} if inputs.input_kind[j] == LEAF_SCALAR else None for j in range(n)])
+    inputs.last_scalars = [
+        _scalar_bits(leaves[inputs.input_leaf[j]])
+        if inputs.input_kind[j] == LEAF_SCALAR else None for j in range(n)]
+    inputs.reuse_scalar_buffers = not donates
+    inputs.new_scalars_to_jax = jax_is_fallback and (
         num_scalars > 0 and num_other < NEW_SCALAR_BREAK_EVEN_LEAVES * num_scalars)
+
+    cdef Executable executable = Executable.__new__(Executable)
+    executable.inputs = inputs
     executable.execute = parts.execute
     executable.out_handlers = parts.out_handlers
     executable.out_treedef = parts.out_treedef

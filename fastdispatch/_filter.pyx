@@ -29,7 +29,8 @@ from cpython.ref cimport Py_INCREF
 from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE, PyTuple_New, PyTuple_SET_ITEM
 
 from fastdispatch._cache cimport CacheEntry, CompiledFunctionCache
-from fastdispatch._engine cimport Call, CallTimes, Engine, trace_context, trace_state_clean
+from fastdispatch._engine cimport (
+    Call, CallTimes, Engine, python_call, trace_context, trace_state_clean)
 from fastdispatch._execute cimport Executable, make_executable
 from fastdispatch._outputs cimport Outputs
 from fastdispatch._pytree cimport TreeDef, flatten_into
@@ -56,6 +57,15 @@ cdef str _DYNAMIC_FUN = sys.intern("_dynamic_fun")
 cdef str _STATIC_FUN = sys.intern("_static_fun")
 cdef str _DONATE_FIRST = sys.intern("donate_first")
 cdef str _DONATE_REST = sys.intern("donate_rest")
+
+# Where the static parts of a call sit in its CallSignature's static_args,
+# (label, type, value) triples as for every front end: the function's static
+# part, (donate first, donate rest), and each leaf's static value (None where
+# an array is).
+cdef enum:
+    _FUN = 2
+    _DONATE = 5
+    _LEAVES = 8
 
 # Bound plans kept per dispatcher (wrappers made anew each call bring new
 # signature objects): past this many, the table starts again.
@@ -228,7 +238,8 @@ cdef class _Front:
     def leaf_paths(self, CallSignature signature):
         from jax.tree_util import FlattenedIndexKey
 
-        _, donate_first, donate_rest, static = signature.static_args
+        donate_first, donate_rest = signature.static_args[_DONATE]
+        static = signature.static_args[_LEAVES]
         paths = signature.treedef.leaf_paths()
         dynamic = [path for path, value in zip(paths, static) if value is None]
         first = [path for path in dynamic if _in_first(path)]
@@ -239,15 +250,10 @@ cdef class _Front:
         return first + fun + rest
 
     def static_items(self, CallSignature signature):
-        from fastdispatch.tracing.explain import argument_of
-        from jax.tree_util import keystr
-
-        items = []
-        for path, value in zip(signature.treedef.leaf_paths(), signature.static_args[3]):
-            if value is not None:
-                argument, rest = argument_of(path, signature.arg_names)
-                items.append((argument + keystr(rest), value))
-        items.append(("fun", signature.static_args[0][0]))
+        # Labelled by path (reports name the argument), then the function's own.
+        items = [(path, value) for path, value in zip(
+            signature.treedef.leaf_paths(), signature.static_args[_LEAVES]) if value is not None]
+        items.append((("fun",), signature.static_args[_FUN][0]))
         return items
 
 
@@ -369,8 +375,10 @@ cdef class FilterDispatcher(Engine):
             inputs = fun_dynamic + dynamic[first_dynamic:] + dynamic[:first_dynamic]
         elif fun_dynamic:
             inputs = dynamic[:first_dynamic] + fun_dynamic + dynamic[first_dynamic:]
-        static_args = (<object>PyDict_GetItem(fields, _STATIC_FUN), donate_first, donate_rest,
-                       static)
+        static_fun = <object>PyDict_GetItem(fields, _STATIC_FUN)
+        static_args = ("fun", type(static_fun), static_fun,
+                       "donate", tuple, (donate_first, donate_rest),
+                       "leaves", tuple, static)
 
         return self.lookup(call, treedef, inputs, static_args, context, plan.arg_names, _FRONT,
                            times)
@@ -390,7 +398,7 @@ cdef class FilterDispatcher(Engine):
             warnings.simplefilter("ignore")
             compiled = self.equinox_lower(
                 <object>call.function, *<tuple>call.args, **<dict>call.kwargs).lowered.compile()
-        donates = entry.signature.static_args[1] or entry.signature.static_args[2]
+        donates = any(entry.signature.static_args[_DONATE])
         cdef Executable executable = make_executable(
             compiled, entry.signature, leaves, donates, False)
         if executable.calls_host:
@@ -406,10 +414,5 @@ def call(wrapper, *args, **kwargs):
     if found == NULL or type(<object>found) is not FilterDispatcher:
         raise TypeError(f"{type(wrapper).__name__} was not made by fastdispatch.filter_jit")
     cdef Call one
-    one.function = <PyObject*>wrapper
-    one.args = <PyObject*>args
-    one.kwargs = <PyObject*>kwargs
-    one.argv = NULL
-    one.nargsf = 0
-    one.kwnames = NULL
+    python_call(&one, wrapper, args, kwargs)
     return (<FilterDispatcher>found).call(&one)

@@ -5,29 +5,38 @@ from fastdispatch._outputs cimport Outputs
 from fastdispatch._pytree cimport TreeDef
 from fastdispatch._signature cimport CallSignature
 
-# What a guard checks of one object of the graph.
-cpdef enum GuardKind:
-    GUARD_NODE = 0       # a graph node or State: its type, and its __dict__'s recorded entries
-    GUARD_DICT = 1       # a dict container: its recorded items
-    GUARD_LIST = 2       # a list container: its recorded items
-    GUARD_VARIABLE = 3   # a Variable: its type, its metadata, an array as its value
-    GUARD_FLAGS = 4      # a node's PytreeState (at keys[0], whichever object): its (initializing, is_setup)
-
 # How one argument of a call reaches the executable.
 cpdef enum InputKind:
     INPUT_ROOT = 0       # a graph node or Variable: its leaves, read from the recorded slots
     INPUT_PLAIN = 1      # anything else (no graph node inside): its own leaves
 
 
+# One check of a Record's guard program, one subclass per kind of object.
 cdef class Guard:
-    cdef readonly int kind         # a GuardKind
-    cdef object target             # the object checked (held: Variables have no weak references)
-    cdef object target_type        # NODE, VARIABLE: its type
-    cdef tuple keys                # NODE, DICT: the keys checked
-    cdef tuple values              # NODE, DICT, LIST: the values held (ARRAY_SLOT, STATE_SLOT: by type)
-    cdef Py_ssize_t size           # NODE, DICT, LIST: the number of entries
-    cdef object expected           # VARIABLE: a copy of its metadata; FLAGS: the flags
+    cdef readonly object target    # the object checked (held: Variables have no weak references)
     cdef bint holds(self) except -1
+
+cdef class NodeGuard(Guard):       # a graph node or State
+    cdef object target_type
+    cdef tuple keys                # its __dict__'s keys, in order
+    cdef tuple values              # the values held (ARRAY_SLOT, STATE_SLOT: by type)
+    cdef Py_ssize_t size
+
+cdef class DictGuard(Guard):       # a dict container
+    cdef tuple keys
+    cdef tuple values
+    cdef Py_ssize_t size
+
+cdef class ListGuard(Guard):       # a list container
+    cdef tuple values              # its items, by identity
+
+cdef class VariableGuard(Guard):   # a Variable
+    cdef object target_type
+    cdef dict metadata             # a copy of its metadata
+
+cdef class FlagsGuard(Guard):      # a node's PytreeState, whichever object holds it now
+    cdef str key                   # the node's attribute holding it
+    cdef tuple flags               # its (initializing, is_setup)
 
 
 cdef class Input:

@@ -10,30 +10,28 @@ from fastdispatch._outputs import Outputs
 ARRAY_SLOT: object
 STATE_SLOT: object
 
-class GuardKind(enum.IntEnum):
-    GUARD_NODE = 0
-    GUARD_DICT = 1
-    GUARD_LIST = 2
-    GUARD_VARIABLE = 3
-    GUARD_FLAGS = 4
-
 class InputKind(enum.IntEnum):
     INPUT_ROOT = 0
     INPUT_PLAIN = 1
 
 class Guard:
-    kind: int
-    def __init__(
-        self,
-        kind: int,
-        target: Any,
-        target_type: type | None = None,
-        keys: Any = (),
-        values: Any = (),
-        size: int = 0,
-        expected: Any = None,
-    ) -> None: ...
+    target: Any
     def holds_now(self) -> bool: ...
+
+class NodeGuard(Guard):
+    def __init__(self, target: Any, keys: tuple[Any, ...], values: tuple[Any, ...]) -> None: ...
+
+class DictGuard(Guard):
+    def __init__(self, target: dict[Any, Any], keys: tuple[Any, ...], values: tuple[Any, ...]) -> None: ...
+
+class ListGuard(Guard):
+    def __init__(self, target: list[Any]) -> None: ...
+
+class VariableGuard(Guard):
+    def __init__(self, target: Any, metadata: dict[str, Any]) -> None: ...
+
+class FlagsGuard(Guard):
+    def __init__(self, target: Any, key: str, flags: tuple[Any, ...]) -> None: ...
 
 class Input:
     kind: int

@@ -31,7 +31,8 @@ from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE
 from fastdispatch._cache cimport CacheEntry, CompiledFunctionCache
 from fastdispatch._clock cimport now_ns
 from fastdispatch._engine cimport (
-    AT_FOUND, Call, CallTimes, Engine, ended, reached, trace_context, trace_state_clean)
+    AT_FOUND, Call, CallTimes, Engine, ended, python_call, reached, trace_context,
+    trace_state_clean)
 from fastdispatch._execute cimport Executable, make_executable
 from fastdispatch._outputs cimport Outputs
 from fastdispatch._pytree cimport TreeDef, flatten_into
@@ -64,7 +65,7 @@ cdef object _KEY_ARRAY = _jax.KEY_ARRAY_TYPE
 ARRAY_SLOT = object()
 # Where a node keeps its PytreeState: flax's merge puts a new one there on
 # every call it runs, so its type is checked here and its flags by the
-# node's GUARD_FLAGS, never its identity (else each function's flax call
+# node's FlagsGuard, never its identity (else each function's flax call
 # would void the records of every other function on the same graph).
 STATE_SLOT = object()
 
@@ -75,7 +76,7 @@ cdef descrsetfunc _set_raw = NULL
 cdef object _metadata = None           # Variable._var_metadata, a slot
 cdef descrgetfunc _get_metadata = NULL
 cdef object _graph_context = None      # flax's thread-local GRAPH_CONTEXT
-cdef tuple _flags_fields = ()          # PytreeState's flag slots, read for GUARD_FLAGS
+cdef tuple _flags_fields = ()          # PytreeState's flag slots, read by FlagsGuard
 cdef object _state_type = None         # PytreeState
 
 
@@ -152,53 +153,91 @@ cdef inline bint _same_entries(dict d, tuple keys, tuple values) except -1:
 
 
 cdef class Guard:
-    """One check of a Record's guard program (see fastdispatch.nnx)."""
-
-    def __init__(self, int kind, target, target_type=None, keys=(), values=(), Py_ssize_t size=0,
-                 expected=None):
-        self.kind, self.target, self.target_type = kind, target, target_type
-        self.keys, self.values, self.size = tuple(keys), tuple(values), size
-        self.expected = expected
+    """One check of a Record's guard program: an object flax's split would
+    visit still holds what it held when recorded (see fastdispatch.nnx)."""
 
     def holds_now(self):
         """Whether the object still holds what it held when recorded."""
         return self.holds()
 
     cdef bint holds(self) except -1:
+        raise NotImplementedError
+
+
+cdef class NodeGuard(Guard):
+    """A graph node or a State: its type, and its __dict__'s recorded entries."""
+
+    def __init__(self, target, tuple keys, tuple values):
+        self.target, self.target_type = target, type(target)
+        self.keys, self.values, self.size = keys, values, len(keys)
+
+    cdef bint holds(self) except -1:
+        if type(self.target) is not self.target_type:
+            return False
+        cdef dict d = PyObject_GenericGetDict(self.target, NULL)
+        return PyDict_Size(d) == self.size and _same_entries(d, self.keys, self.values)
+
+
+cdef class DictGuard(Guard):
+    """A dict container of the graph: its recorded items."""
+
+    def __init__(self, dict target, tuple keys, tuple values):
+        self.target = target
+        self.keys, self.values, self.size = keys, values, len(keys)
+
+    cdef bint holds(self) except -1:
+        cdef dict d = <dict>self.target
+        return PyDict_Size(d) == self.size and _same_entries(d, self.keys, self.values)
+
+
+cdef class ListGuard(Guard):
+    """A list container of the graph: its recorded items, by identity."""
+
+    def __init__(self, list target):
+        self.target, self.values = target, tuple(target)
+
+    cdef bint holds(self) except -1:
+        cdef list items = <list>self.target
+        cdef Py_ssize_t i, n = PyTuple_GET_SIZE(self.values)
+        if PyList_GET_SIZE(items) != n:
+            return False
+        for i in range(n):
+            if PyList_GET_ITEM(items, i) != PyTuple_GET_ITEM(self.values, i):
+                return False
+        return True
+
+
+cdef class VariableGuard(Guard):
+    """A Variable: its type, a jax array as its value, its metadata."""
+
+    def __init__(self, target, dict metadata):
+        self.target, self.target_type, self.metadata = target, type(target), metadata
+
+    cdef bint holds(self) except -1:
         cdef object target = self.target
-        cdef dict d
-        cdef list items
+        if type(target) is not self.target_type:
+            return False
+        if not _is_array(_slot_read(_raw_value, _get_raw, target)):
+            return False
+        metadata = _slot_read(_metadata, _get_metadata, target)
+        return metadata is self.metadata or metadata == self.metadata
+
+
+cdef class FlagsGuard(Guard):
+    """A node's PytreeState (at ``key``, whichever object holds it now: flax's
+    merge replaces it): its flags."""
+
+    def __init__(self, target, str key, tuple flags):
+        self.target, self.key, self.flags = target, key, flags
+
+    cdef bint holds(self) except -1:
         cdef Py_ssize_t i
-        if self.kind == GUARD_NODE:
-            if type(target) is not self.target_type:
-                return False
-            d = PyObject_GenericGetDict(target, NULL)
-            return PyDict_Size(d) == self.size and _same_entries(d, self.keys, self.values)
-        if self.kind == GUARD_DICT:
-            d = <dict>target
-            return PyDict_Size(d) == self.size and _same_entries(d, self.keys, self.values)
-        if self.kind == GUARD_LIST:
-            items = <list>target
-            if PyList_GET_SIZE(items) != self.size:
-                return False
-            for i in range(self.size):
-                if PyList_GET_ITEM(items, i) != PyTuple_GET_ITEM(self.values, i):
-                    return False
-            return True
-        if self.kind == GUARD_VARIABLE:
-            if type(target) is not self.target_type:
-                return False
-            if not _is_array(_slot_read(_raw_value, _get_raw, target)):
-                return False
-            metadata = _slot_read(_metadata, _get_metadata, target)
-            return metadata is self.expected or metadata == self.expected
-        # GUARD_FLAGS: the node's PytreeState, whichever object holds it now
-        state = PyObject_GenericGetDict(target, NULL).get(<object>PyTuple_GET_ITEM(self.keys, 0))
+        state = PyObject_GenericGetDict(self.target, NULL).get(self.key)
         if type(state) is not _state_type:
             return False
         for i in range(PyTuple_GET_SIZE(_flags_fields)):
             if getattr(state, <str>PyTuple_GET_ITEM(_flags_fields, i)) is not \
-                    <object>PyTuple_GET_ITEM(<tuple>self.expected, i):
+                    <object>PyTuple_GET_ITEM(self.flags, i):
                 return False
         return True
 
@@ -347,12 +386,7 @@ cdef class NnxJitFunction(Engine):
 
     def __call__(self, *args, **kwargs):
         cdef Call call
-        call.function = <PyObject*>self
-        call.args = <PyObject*>args
-        call.kwargs = <PyObject*>kwargs
-        call.argv = NULL
-        call.nargsf = 0
-        call.kwnames = NULL
+        python_call(&call, self, args, kwargs)
         return self.call(&call)
 
     cdef object dispatch(self, Call* call, CallTimes* times):

@@ -14,6 +14,7 @@ import sys
 from collections import namedtuple
 
 import numpy as np
+from jax.tree_util import DictKey, SequenceKey, keystr
 
 cimport cython
 cimport numpy as cnp
@@ -47,6 +48,11 @@ cdef str _SHARDING = sys.intern(_jax.SHARDING_ATTR)
 cdef str _COMMITTED = sys.intern(_jax.COMMITTED_ATTR)
 cdef str _KEY_BUFFER = sys.intern(_jax.KEY_BUFFER_ATTR)
 cdef str _KEY_IMPL = sys.intern(_jax.KEY_IMPL_ATTR)
+
+
+# The root of every signature's tree: (dynamic positional args, dynamic kwargs).
+cdef object _POSITIONAL = SequenceKey(0)
+cdef object _KEYWORD = SequenceKey(1)
 
 
 cdef LeafKind classify_leaf(object leaf):
@@ -329,7 +335,8 @@ cdef class CallSignature:
         return self.treedef.leaf_paths()
 
     def static_items(self):
-        """``(label, value)`` of each static argument, in key order."""
+        """``(label, value)`` of each static argument, in key order; a label
+        is a position, a name, or (a front end's) a leaf's path."""
         if self.front is not None:
             return self.front.static_items(self)
         items = self.static_args
@@ -343,10 +350,53 @@ cdef class CallSignature:
         cdef Py_ssize_t i
         return [_view(&self.keys[i]) for i in range(self.num_leaves)]
 
+    def debug_string(self):
+        """The signature as text, for people (as jaxlib's CallSignature has
+        one): each dynamic leaf by argument path, with its aval (an array's,
+        weak type and committed sharding included), its Python type (a scalar)
+        or its dtype and shape (a numpy value); then the static arguments."""
+        text = ", ".join([
+            _path_text(path, self.arg_names) + ": " + _key_text(key)
+            for path, key in zip(self.leaf_paths(), self.leaf_keys())])
+        static = ", ".join([
+            f"{_path_text(label, self.arg_names) if type(label) is tuple else label}={value!r}"
+            for label, value in self.static_items()])
+        return text + ("; static " + static if static else "")
+
     def __repr__(self):
-        # For people inspecting a cache: the text the trace report uses.
-        from fastdispatch.tracing.explain import signature_text
-        return f"CallSignature({signature_text(self)})"
+        return f"CallSignature({self.debug_string()})"
+
+
+def argument_of(tuple path, tuple arg_names):
+    """``(parameter, rest of the path)`` for a path from the root (args, kwargs):
+    ``(SequenceKey(0), SequenceKey(1), DictKey('w'))`` -> ``("params", (DictKey('w'),))``."""
+    if len(path) >= 2 and path[0] == _POSITIONAL and isinstance(path[1], SequenceKey):
+        index = path[1].idx
+        name = arg_names[index] if index < len(arg_names) else f"args[{index}]"
+        return name, path[2:]
+    if len(path) >= 2 and path[0] == _KEYWORD and isinstance(path[1], DictKey):
+        return str(path[1].key), path[2:]
+    if path and isinstance(path[0], str):   # a front end's own root, e.g. "fun"
+        return path[0], path[1:]
+    return keystr(path), ()
+
+
+cdef str _path_text(tuple path, tuple arg_names):
+    argument, rest = argument_of(path, arg_names)
+    return argument + keystr(rest)
+
+
+cdef str _key_text(key):
+    """One LeafKeyView as text: ``f32[2,3]{weak}``, ``float``, ``f32[4] (numpy)``."""
+    if key.kind == "scalar":
+        return key.py_type.__name__
+    if key.kind == "host":
+        return f"{np.dtype(key.dtype).name}{list(key.shape)} (numpy)"
+    if key.kind == "key":
+        text = _jax.key_aval_text(key.impl, key.aval)
+    else:
+        text = key.aval.str_short(short_dtypes=True) + ("{weak}" if key.aval.weak_type else "")
+    return text + (f"@{key.sharding}" if key.committed else "")
 
 
 cdef CallSignature make_signature(TreeDef treedef, list leaves, tuple static_args,

@@ -30,7 +30,7 @@ tests/unit/test_nnx.py:
                                      which attributes flax's split visits
   flax.nnx.statelib.State._mapping   a State's dict
   flax.nnx.graphlib.GraphDef.nodes, .attributes, NodeDef.num_attributes, NodeAttr, Static
-                                     a GraphDef read (graphdef_changes, for --trace) as
+                                     a GraphDef read (graph_attributes, for --trace) as
                                      flax's flatten wrote it: nodes in preorder, each
                                      NodeDef followed by its attributes
 """
@@ -52,7 +52,17 @@ from flax.nnx.transforms import compilation as _compilation
 from flax.typing import MISSING
 
 from fastdispatch import _dispatch, _jax, _nnx, _pytree, _reasons
-from fastdispatch._nnx import ARRAY_SLOT, STATE_SLOT, Guard, Input, NnxJitFunction
+from fastdispatch._nnx import (
+    ARRAY_SLOT,
+    STATE_SLOT,
+    DictGuard,
+    FlagsGuard,
+    Input,
+    ListGuard,
+    NnxJitFunction,
+    NodeGuard,
+    VariableGuard,
+)
 from fastdispatch._reasons import NotFast
 
 __all__ = ["NnxJitFunction", "jit"]
@@ -358,7 +368,7 @@ def _guards(roots):
         if isinstance(x, _Variable):
             seen.add(id(x))
             _check_variable(x)
-            guards.append(Guard(_nnx.GuardKind.GUARD_VARIABLE, x, type(x), expected=dict(_nnx.metadata(x))))
+            guards.append(VariableGuard(x, dict(_nnx.metadata(x))))
             return
         if _variablelib.is_array_ref(x):
             raise NotFast(_reasons.ARRAY_REF)
@@ -367,27 +377,27 @@ def _guards(roots):
         if isinstance(impl, _graphlib.GraphNodeImpl):
             seen.add(id(x))
             fields = vars(x)
-            guards.append(_entries_guard(_nnx.GuardKind.GUARD_NODE, x, fields))
+            guards.append(NodeGuard(x, *_entries(fields)))
             nodes = x._pytree__nodes if getattr(x, "_pytree__is_pytree", False) else None
             for key, value in fields.items():
                 if type(value) is _pytreelib.PytreeState:
                     # Checked through its owner: flax's merge replaces it.
                     flags = tuple(getattr(value, f) for f in _FLAGS)
-                    guards.append(Guard(_nnx.GuardKind.GUARD_FLAGS, x, keys=(key,), expected=flags))
+                    guards.append(FlagsGuard(x, key, flags))
                 elif nodes is None or nodes.get(key, False):
                     visit(value)
         elif kind is _statelib.State:
             seen.add(id(x))
-            guards.append(_entries_guard(_nnx.GuardKind.GUARD_NODE, x, vars(x)))
+            guards.append(NodeGuard(x, *_entries(vars(x))))
             visit(x._mapping)
         elif kind is dict:
             seen.add(id(x))
-            guards.append(_entries_guard(_nnx.GuardKind.GUARD_DICT, x, x))
+            guards.append(DictGuard(x, *_entries(x)))
             for value in x.values():
                 visit(value)
         elif kind is list:
             seen.add(id(x))
-            guards.append(Guard(_nnx.GuardKind.GUARD_LIST, x, kind, values=tuple(x), size=len(x)))
+            guards.append(ListGuard(x))
             for value in x:
                 visit(value)
         elif kind is _pytreelib.PytreeState:
@@ -414,10 +424,9 @@ def _slot_marker(value):
     return value
 
 
-def _entries_guard(kind, target, fields):
-    keys = tuple(fields)
-    values = tuple(_slot_marker(value) for value in fields.values())
-    return Guard(kind, target, type(target), keys=keys, values=values, size=len(fields))
+def _entries(fields):
+    """(keys, values) a node or dict guard expects, in order."""
+    return tuple(fields), tuple(_slot_marker(value) for value in fields.values())
 
 
 _nnx.configure(
@@ -432,43 +441,26 @@ _nnx.configure(
 # -- for --trace's reports -----------------------------------------------------------
 
 
-def graphdef_changes(old, new):
-    """``(attribute path, old repr, new repr, where a new function was defined)``
-    for each attribute that differs between two flax GraphDefs, by path from
-    the root: ``(".act", "<function <lambda> at 0x1>", "<function <lambda> at
-    0x2>", ("model.py", 9))``; a repr is None where the attribute is absent.
-    Read-only; flax's own bookkeeping attributes (``_pytree__*``) left out."""
-    before, after = _graph_attributes(old), _graph_attributes(new)
-    changes = []
-    for path in dict.fromkeys(list(before) + list(after)):
-        was, now = before.get(path, _ABSENT), after.get(path, _ABSENT)
-        if was is now or (was is not _ABSENT and now is not _ABSENT and _equal(was, now)):
-            continue
-        text = "".join(f"[{key}]" if isinstance(key, int) else f".{key}" for key in path)
-        changes.append((text, _text(was), _text(now), _made_at(now)))
-    return changes
-
-
-_ABSENT = object()
-
-
-def _graph_attributes(graphdef):
-    """``{attribute path: value}``: a static attribute's value, a child node's type."""
+def graph_attributes(graphdef):
+    """``{attribute path: value}`` of a flax GraphDef, by path from the root (a
+    tuple of attribute names): a static attribute's value, a child node's type.
+    flax's own bookkeeping attributes (``_pytree__*``) are left out; a GraphDef
+    of another layout gives what was read before it.  For --trace's recompile
+    explanations."""
     nodes, attributes = iter(graphdef.nodes), iter(graphdef.attributes)
     found = {}
 
-    def visit(path):
+    def visit(path, reported=True):
         node = next(nodes)
-        found[path] = getattr(node, "type", type(node))
+        if reported:
+            found[path] = getattr(node, "type", type(node))
         for _ in range(getattr(node, "num_attributes", 0) if isinstance(node, _graphlib.NodeDef) else 0):
             key, attribute = next(attributes)
-            if isinstance(key, str) and key.startswith("_pytree__"):
-                if isinstance(attribute, _graphlib.NodeAttr):
-                    visit(path + (key,))  # consumed in order, not reported
-                continue
+            # flax's bookkeeping: its nodes are consumed in order, not reported.
+            own = not (isinstance(key, str) and key.startswith("_pytree__"))
             if isinstance(attribute, _graphlib.NodeAttr):
-                visit(path + (key,))
-            elif isinstance(attribute, _graphlib.Static):
+                visit(path + (key,), reported and own)
+            elif own and reported and isinstance(attribute, _graphlib.Static):
                 found[path + (key,)] = attribute.value
 
     try:
@@ -476,25 +468,3 @@ def _graph_attributes(graphdef):
     except StopIteration:  # a GraphDef of another layout: nothing to say
         pass
     return found
-
-
-def _equal(a, b):
-    try:
-        return bool(a == b)
-    except Exception:
-        return False
-
-
-def _text(value):
-    if value is _ABSENT:
-        return None
-    return value.__qualname__ if isinstance(value, type) else repr(value)
-
-
-def _made_at(value):
-    for _ in range(3):
-        code = getattr(value, "__code__", None)
-        if code is not None:
-            return code.co_filename, code.co_firstlineno
-        value = getattr(value, "__func__", None) or getattr(value, "func", None)
-    return None

@@ -18,15 +18,13 @@ import dataclasses
 import re
 
 import jax
-from jax.tree_util import DictKey, SequenceKey, keystr
+from jax.tree_util import keystr
 
 from fastdispatch import _jax
 from fastdispatch._pytree import first_difference
+from fastdispatch._signature import argument_of
 
 __all__ = ["ArgumentLeaf", "Change", "Description", "describe", "explain_change", "signature_text"]
-
-# The root of every signature's tree: (dynamic positional args, dynamic kwargs).
-_POSITIONAL, _KEYWORD = SequenceKey(0), SequenceKey(1)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,20 +59,6 @@ class Description:
     arg_names: tuple = ()  # dynamic positional parameter names
     static_made_at: tuple = ()  # (label, (file, line)) per static function value: where it was defined
     params: tuple = ()  # the function's positional parameter names, to name static positions
-
-
-def argument_of(path: tuple, arg_names: tuple) -> tuple[str, tuple]:
-    """``(parameter, rest of the path)`` for a path from the root (args, kwargs):
-    ``(SequenceKey(0), SequenceKey(1), DictKey('w'))`` -> ``("params", (DictKey('w'),))``."""
-    if len(path) >= 2 and path[0] == _POSITIONAL and isinstance(path[1], SequenceKey):
-        index = path[1].idx
-        name = arg_names[index] if index < len(arg_names) else f"args[{index}]"
-        return name, path[2:]
-    if len(path) >= 2 and path[0] == _KEYWORD and isinstance(path[1], DictKey):
-        return str(path[1].key), path[2:]
-    if path and isinstance(path[0], str):  # a front end's own root, e.g. "fun"
-        return path[0], path[1:]
-    return keystr(path), ()
 
 
 def _label(path: tuple, arg_names: tuple) -> str:
@@ -114,7 +98,11 @@ def describe(signature, arg_names=None) -> Description:
         args.append(
             ArgumentLeaf(path, argument, argument + keystr(rest), aval, weak_type, placement, numpy, python)
         )
-    items = signature.static_items()
+    # A front end labels its static leaves by path (filter_jit): named here.
+    items = [
+        (_label(label, names) if isinstance(label, tuple) else label, value)
+        for label, value in signature.static_items()
+    ]
     static = tuple((label, repr(value)) for label, value in items)
     made_at = tuple((label, _definition_site(value)) for label, value in items if _definition_site(value))
     context = tuple((name, repr(value)) for name, value in zip(_jax.trace_context_names(), signature.context))
@@ -332,9 +320,9 @@ def _differences_inside(was, now) -> list:
     """``(attribute path, old repr or None, new repr or None, where a new
     function was defined)`` per value that differs between two static data."""
     if type(now).__module__.startswith("flax.") and type(now).__name__ == "GraphDef":
-        from fastdispatch.nnx import graphdef_changes
+        from fastdispatch.nnx import graph_attributes
 
-        return graphdef_changes(was, now)
+        return _attribute_changes(graph_attributes(was), graph_attributes(now))
     if isinstance(was, tuple) and isinstance(now, tuple) and len(was) == len(now):
         return [
             (f"[{i}]", repr(a), repr(b), _definition_site(b))
@@ -342,6 +330,28 @@ def _differences_inside(was, now) -> list:
             if a is not b and not _equal(a, b)
         ]
     return []
+
+
+_ABSENT = object()
+
+
+def _attribute_changes(before: dict, after: dict) -> list:
+    """The changes between two ``{attribute path: value}`` maps, as
+    _static_value_changes gives them: ``(".act", old repr, new repr, site)``."""
+    changes = []
+    for path in dict.fromkeys(list(before) + list(after)):
+        was, now = before.get(path, _ABSENT), after.get(path, _ABSENT)
+        if was is now or (was is not _ABSENT and now is not _ABSENT and _equal(was, now)):
+            continue
+        text = "".join(f"[{key}]" if isinstance(key, int) else f".{key}" for key in path)
+        changes.append((text, _value_text(was), _value_text(now), _definition_site(now)))
+    return changes
+
+
+def _value_text(value):
+    if value is _ABSENT:
+        return None
+    return value.__qualname__ if isinstance(value, type) else repr(value)
 
 
 def _equal(a, b) -> bool:

@@ -169,43 +169,56 @@ def _new_wrapper(s, cause, site, cwd, label):
 
 
 def _site_findings(trace, label) -> list:
-    findings, cwd, tally = [], trace._cwd, trace.tally
-    for site, (calls, total_bytes, ns) in trace._transfers.items():
-        if site is None or calls < MIN_HOST_TRANSFERS:
-            continue
-        message = (
-            f"numpy data converted to device arrays at every call ({_bytes(total_bytes // calls)} a call, "
-            f"{calls} calls); put it on the device once before the loop (jax.device_put), "
-            f"or slice device-resident data, instead of passing numpy arrays"
-        )
-        findings.append(_finding("host_transfer", site, calls, ns, message, cwd))
-    if tally is None:
-        return findings
-    by_site = {}
-    for (site, how), (count, ns) in tally.syncs.items():
-        if site is not None:
+    """host_transfer, host_sync and eager_ops: one finding per call site
+    past its kind's threshold."""
+    candidates = [
+        ("host_transfer", MIN_HOST_TRANSFERS, site, calls, ns, _transfer_message(calls, total_bytes))
+        for site, (calls, total_bytes, ns) in trace._transfers.items()
+    ]
+    tally = trace.tally
+    if tally is not None:
+        by_site = {}
+        for (site, how), (count, ns) in tally.syncs.items():
             entry = by_site.setdefault(site, [0, 0, []])
             entry[0] += count
             entry[1] += ns
             entry[2].append(how)
-    for site, (count, ns, hows) in by_site.items():
-        if count < MIN_HOST_SYNCS:
-            continue
-        message = (
-            f"{' and '.join(sorted(set(hows)))} of a jax array waits for the device and copies to the host, "
-            f"{_times(count)}; keep values on the device (accumulate inside the jitted step) and read them "
-            f"once every N steps or at the end"
-        )
-        findings.append(_finding("host_sync", site, count, ns, message, cwd))
-    for site, (count, ns) in tally.eager.items():
-        if count < MIN_EAGER_OPS:
-            continue
-        message = (
-            f"{count} jax operations dispatched one by one outside jit here; move them into the jitted "
-            f"function (or jit the loop body) so that they run as one executable"
-        )
-        findings.append(_finding("eager_ops", site, count, ns, message, cwd))
-    return findings
+        candidates += [
+            ("host_sync", MIN_HOST_SYNCS, site, count, ns, _sync_message(count, hows))
+            for site, (count, ns, hows) in by_site.items()
+        ]
+        candidates += [
+            ("eager_ops", MIN_EAGER_OPS, site, count, ns, _eager_message(count))
+            for site, (count, ns) in tally.eager.items()
+        ]
+    return [
+        _finding(kind, site, count, ns, message, trace._cwd)
+        for kind, least, site, count, ns, message in candidates
+        if site is not None and count >= least
+    ]
+
+
+def _transfer_message(calls, total_bytes):
+    return (
+        f"numpy data converted to device arrays at every call ({_bytes(total_bytes // calls)} a call, "
+        f"{calls} calls); put it on the device once before the loop (jax.device_put), "
+        f"or slice device-resident data, instead of passing numpy arrays"
+    )
+
+
+def _sync_message(count, hows):
+    return (
+        f"{' and '.join(sorted(set(hows)))} of a jax array waits for the device and copies to the host, "
+        f"{_times(count)}; keep values on the device (accumulate inside the jitted step) and read them "
+        f"once every N steps or at the end"
+    )
+
+
+def _eager_message(count):
+    return (
+        f"{count} jax operations dispatched one by one outside jit here; move them into the jitted "
+        f"function (or jit the loop body) so that they run as one executable"
+    )
 
 
 def _finding(kind, site, count, ns, message, cwd, function=""):

@@ -242,8 +242,8 @@ def test_guard_kinds_are_the_ones_flax_split_visits():
     model = Block(nnx.Rngs(0))
     optimizer = nnx.Optimizer(model, optax.adam(1e-3), wrt=nnx.Param)
     guards = fnnx._guards([model, optimizer])
-    kinds = {_nnx.GuardKind(guard.kind).name for guard in guards}
-    assert kinds == {"GUARD_NODE", "GUARD_DICT", "GUARD_VARIABLE", "GUARD_FLAGS"}
+    kinds = {type(guard).__name__ for guard in guards}
+    assert kinds == {"NodeGuard", "DictGuard", "VariableGuard", "FlagsGuard"}
     assert all(guard.holds_now() for guard in guards)
     model.eval()
     assert not all(guard.holds_now() for guard in guards)
@@ -277,3 +277,17 @@ def test_a_graph_no_record_serves_goes_to_flax_without_retrying_each_call(sink, 
     # given), then again every 64th only.
     assert len(attempts) == 4
     assert outcomes(sink)[:3] == ["new graph", "new graph", "an array inside a container of the graph"]
+
+
+class WithActivation(nnx.Module):
+    def __init__(self, rngs, act):
+        self.linear = nnx.Linear(2, 2, rngs=rngs)
+        self.act = act
+
+
+def test_graph_attributes_read_a_graphdef_by_attribute_path():
+    graphdef, _ = nnx.split(WithActivation(nnx.Rngs(0), jax.nn.relu))
+    found = fnnx.graph_attributes(graphdef)
+    assert found[()] is WithActivation and found[("linear",)] is nnx.Linear
+    assert found[("act",)] is jax.nn.relu
+    assert not any(str(key).startswith("_pytree__") for path in found for key in path)
