@@ -266,6 +266,10 @@ def start_tracing(options):
         stop(t)
         if options.trace:
             sys.stderr.write("\n" + t.report())
+            if options.warm_start is not None:
+                from fastdispatch.warm import summary
+
+                sys.stderr.write(summary())
         if trace_out:
             # Read at exit: the program may have joined jax.distributed since.
             process = _jax.process_of_program()

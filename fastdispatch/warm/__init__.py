@@ -109,4 +109,17 @@ def warm_start_stats() -> dict | None:
         }
 
 
+def summary() -> str:
+    """warm_start_stats() as text, for the end of the --trace report."""
+    stats = warm_start_stats()
+    if stats is None:
+        return ""
+    counts = ", ".join(
+        f"{stats[name]} {name}" for name in ("loaded", "missed", "written", "damaged", "evicted")
+    )
+    lines = [f"warm start ({stats['directory']}{'' if stats['writable'] else ', read-only'}): {counts}"]
+    lines += [f"  {reason}" for reason in stats["not_stored"].values()]
+    return "\n".join(lines) + "\n"
+
+
 __all__ = ["WarmStartWarning", "warm_start", "warm_start_stats"]

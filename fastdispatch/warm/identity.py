@@ -103,9 +103,9 @@ class _Digest:
         self.where = "?"  # the function being read: file:line
 
     def token(self, *parts):
+        # repr, so that no part can hold the separator: one stream, one meaning.
         for part in parts:
-            text = part if isinstance(part, str) else repr(part)
-            self.hash.update(text.encode("utf-8", "backslashreplace") + b"\x00")
+            self.hash.update(repr(part).encode("utf-8", "backslashreplace") + b"\x00")
 
     def raw(self, data: bytes):
         self.token("bytes", len(data))
@@ -188,9 +188,12 @@ class _Digest:
         elif dataclasses.is_dataclass(value):
             self.type_(kind, how)
             if self.once(value):
-                for field in dataclasses.fields(value):
-                    self.token(field.name)
-                    self.value(getattr(value, field.name), how)
+                # Its fields, and whatever else __post_init__ set on it.
+                names = [field.name for field in dataclasses.fields(value)]
+                names += sorted(set(getattr(value, "__dict__", ())) - set(names))
+                for name in names:
+                    self.token(name)
+                    self.value(getattr(value, name), how)
         elif self.jitted(value, how):
             pass
         elif self.named(value):
@@ -317,7 +320,7 @@ class _Digest:
                 if type(value) is types.ModuleType:
                     self.module(value, names)
                 else:
-                    self.value(value, "reads the global " + name + ", ")
+                    self.value(value, "reads the global " + name + ",")
 
     def module(self, module, names):
         """An installed module by name and version; a user module by its source,
@@ -339,7 +342,7 @@ class _Digest:
                 self.token("attribute", name)
                 value = vars(module)[name]
                 if type(value) is not types.ModuleType:
-                    self.value(value, "reads " + module.__name__ + "." + name + ", ")
+                    self.value(value, "reads " + module.__name__ + "." + name + ",")
 
 
 def _names(code) -> set:

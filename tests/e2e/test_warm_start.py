@@ -243,16 +243,15 @@ print(step(jnp.ones(4), jnp.arange(4.0)).tolist())
 
 def test_command_line_option(tmp_path):
     (tmp_path / "cli.py").write_text(CLI_PROGRAM)
-    cmd = [
-        sys.executable,
-        "-m",
-        "fastdispatch",
-        "--warm-start",
-        str(tmp_path / "store"),
-        str(tmp_path / "cli.py"),
+    store, program = str(tmp_path / "store"), str(tmp_path / "cli.py")
+    cmd = [sys.executable, "-m", "fastdispatch", "--warm-start", store]
+    outputs = [
+        subprocess.run(cmd + options + [program], capture_output=True, text=True, timeout=180)
+        for options in ([], ["--trace"])
     ]
-    outputs = [subprocess.run(cmd, capture_output=True, text=True, timeout=180) for _ in range(2)]
     for out in outputs:
         assert out.returncode == 0, out.stderr
     assert outputs[0].stdout.count("TRACED step") == 1
     assert outputs[1].stdout == outputs[0].stdout.replace("TRACED step\n", "")
+    # --trace ends its report with the store's counts.
+    assert f"warm start ({store}): 1 loaded, 0 missed, 0 written" in outputs[1].stderr

@@ -181,3 +181,18 @@ def test_a_reused_trace_is_not_written(tmp_path):
         assert "not stored: test_a_reused_trace_is_not_written.<locals>.f was compiled" in reason
     finally:
         fastdispatch.warm_start(None)
+
+
+@dataclasses.dataclass
+class Derived:
+    a: float
+
+    def __post_init__(self):
+        self.doubled = self.a * 2
+
+
+def test_digest_counts_attributes_set_after_init_and_never_confuses_tokens():
+    one, other = Derived(1.0), Derived(1.0)
+    other.doubled = 3.0
+    assert value_digest(one) != value_digest(other)
+    assert value_digest(("a\x00", "b")) != value_digest(("a", "\x00b"))
