@@ -278,10 +278,16 @@ cdef class Engine:
         (or a key), ``compile``, whose ``build`` writes it under the key."""
         reached(times, AT_FOUND, "warm start")
         cdef long long began = now_ns()
-        key = self.warm_key(call, entry.signature, store)
+        try:
+            key = self.warm_key(call, entry.signature, store)
+            loaded = None if key is None else store.load(key)
+        except BaseException as error:
+            # Never expected (the store answers None on any failure); an
+            # interrupt: no waiter is left on an entry that never completes.
+            self.executables.fail(entry, error)
+            raise
         if key is None:
             return self.compile(call, entry, leaves, times)
-        loaded = store.load(key)
         if loaded is None:
             entry.warm_key = key
             return self.compile(call, entry, leaves, times)
