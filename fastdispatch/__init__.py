@@ -3,6 +3,8 @@
 from fastdispatch import jit     # instead of: from jax import jit
 """
 
+import os
+
 from fastdispatch import _pytree
 from fastdispatch._cache import CompiledFunctionCache, default_cache
 from fastdispatch._device_put import device_put
@@ -17,10 +19,21 @@ from fastdispatch.state import (
     thread_local_state,
 )
 from fastdispatch.tracing import assert_max_compiles, stats, trace
+from fastdispatch.warm import warm_start, warm_start_stats
 
 # Plain jit reads equinox Modules (eqx.partition's halves, say) in C once the
 # program uses one: the equinox front end's field reader, loaded on first sight.
 _pytree.add_lazy_field_reader("equinox", "fastdispatch.equinox")
+
+# FASTDISPATCH_WARM_START=DIR turns warm start on for the whole program
+# (docs/warm-start.md); FASTDISPATCH_WARM_START_MAX_BYTES bounds the store.
+if os.environ.get("FASTDISPATCH_WARM_START"):
+    from fastdispatch.warm.store import DEFAULT_MAX_BYTES as _MAX_BYTES
+
+    warm_start(
+        os.environ["FASTDISPATCH_WARM_START"],
+        max_bytes=int(os.environ.get("FASTDISPATCH_WARM_START_MAX_BYTES", _MAX_BYTES)),
+    )
 
 
 def __getattr__(name):
@@ -56,4 +69,6 @@ __all__ = [
     "stats",
     "thread_local_state",
     "trace",
+    "warm_start",
+    "warm_start_stats",
 ]

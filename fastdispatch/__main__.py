@@ -1,6 +1,7 @@
 """The command line: run a Python program with jax.jit routed through fastdispatch.
 
     python -m fastdispatch [--trace] [--trace-json FILE] [--trace-out FILE.json]
+                           [--warm-start DIR [--warm-start-max-bytes N]]
                            [--no-patch] script.py [args...]
     python -m fastdispatch [options] -m module [args...]
     python -m fastdispatch bench [args...]
@@ -12,7 +13,9 @@ a report of every compiled-function call on stderr at exit, with findings
 as JSON; ``--trace-out``
 writes the calls as Chrome trace-event JSON (open it in ui.perfetto.dev).
 Under ``jax.distributed`` every process reports for itself: the report's
-header and the file's name carry the process index.
+header and the file's name carry the process index.  ``--warm-start DIR``
+keeps every compiled executable in DIR and loads it there in later runs,
+skipping tracing and compiling (docs/warm-start.md).
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ import types
 
 USAGE = """\
 usage: python -m fastdispatch [--trace] [--trace-json FILE] [--trace-out FILE.json]
+                              [--warm-start DIR [--warm-start-max-bytes N]]
                               [--no-patch] script.py [args...]
        python -m fastdispatch [options] -m module [args...]
        python -m fastdispatch bench [args...]
@@ -46,6 +50,12 @@ options:
   --trace-out FILE.json write the calls as Chrome trace-event JSON (Perfetto);
                         in a program of several processes (jax.distributed),
                         each writes FILE.processN.json, N its process index
+  --warm-start DIR      keep every executable jit compiles in DIR, and in later
+                        runs load it from there instead of tracing and
+                        compiling (jit and jax.jit; not filter_jit, nnx.jit)
+  --warm-start-max-bytes N
+                        bound DIR to N bytes, least recently used first
+                        (default 1 GiB)
   --no-patch            leave jax.jit alone (trace only code that calls
                         fastdispatch.jit itself)
   -m module             run a library module as a script, like python -m
@@ -61,13 +71,20 @@ class Options:
         self.trace_out = None
         self.trace_json = None
         self.patch = True
+        self.warm_start = None
+        self.warm_start_max_bytes = None
         self.module = None  # run with -m
         self.script = None
         self.args = []
 
 
 # Options that take a file name, as --name FILE or --name=FILE: their field.
-_FILE_OPTIONS = {"--trace-out": "trace_out", "--trace-json": "trace_json"}
+_FILE_OPTIONS = {
+    "--trace-out": "trace_out",
+    "--trace-json": "trace_json",
+    "--warm-start": "warm_start",
+    "--warm-start-max-bytes": "warm_start_max_bytes",
+}
 
 
 def parse(argv):
@@ -91,7 +108,7 @@ def parse(argv):
                 i += 1
                 value = argv[i]
             else:
-                usage_error(f"{name} needs a file name")
+                usage_error(f"{name} needs a {'number' if name.endswith('bytes') else 'file name'}")
             setattr(options, _FILE_OPTIONS[name], value)
         elif arg == "-m":
             if i + 1 >= len(argv):
@@ -222,6 +239,17 @@ class _PatchingLoader(importlib.abc.Loader):
         return getattr(self.loader, name)
 
 
+def start_warm(options):
+    """Warm start on, before the program compiles anything."""
+    import fastdispatch
+    from fastdispatch.warm.store import DEFAULT_MAX_BYTES
+
+    max_bytes = options.warm_start_max_bytes
+    fastdispatch.warm_start(
+        options.warm_start, max_bytes=DEFAULT_MAX_BYTES if max_bytes is None else int(max_bytes)
+    )
+
+
 def start_tracing(options):
     """Switch tracing on; report and save from an atexit hook, which Python
     runs after the program's threads finished and after its own atexit hooks
@@ -238,6 +266,10 @@ def start_tracing(options):
         stop(t)
         if options.trace:
             sys.stderr.write("\n" + t.report())
+            if options.warm_start is not None:
+                from fastdispatch.warm import summary
+
+                sys.stderr.write(summary())
         if trace_out:
             # Read at exit: the program may have joined jax.distributed since.
             process = _jax.process_of_program()
@@ -324,6 +356,15 @@ def main(argv=None):
         check_writable(options.trace_json, "--trace-json")
     if options.script is not None:
         check_script(options.script)
+    if options.warm_start_max_bytes is not None:
+        if options.warm_start is None:
+            usage_error("--warm-start-max-bytes needs --warm-start DIR")
+        if not options.warm_start_max_bytes.isdigit():
+            usage_error(
+                f"--warm-start-max-bytes needs a number of bytes, got {options.warm_start_max_bytes!r}"
+            )
+    if options.warm_start is not None:
+        start_warm(options)
     tracing = bool(options.trace or options.trace_out or options.trace_json)
     if options.patch:
         patch_jax(remember_sites=tracing)

@@ -15,6 +15,7 @@ cdef class CacheEntry:
     cdef long compiling_thread             # thread id of the compiler, to catch recursion
     cdef unsigned long long last_used      # LRU clock reading of the last hit
     cdef bint evicted                      # dropped from the cache: guards must not use it
+    cdef object warm_key                   # warm start: the store key its compile is written under, or None
 
     # Return once the entry is compiled; raise its compile error, or
     # RecursionError when the compiling thread itself calls `function` again.

@@ -1,7 +1,7 @@
 # fastdispatch.jit: the jax.jit front end of the engine.
 cimport cython
 from cpython.object cimport PyObject
-from fastdispatch._cache cimport CompiledFunctionCache
+from fastdispatch._cache cimport CacheEntry, CompiledFunctionCache
 from fastdispatch._engine cimport Call, CallTimes, Engine, PreviousCall
 from fastdispatch._signature cimport CallSignature
 
@@ -45,7 +45,7 @@ cdef class CompiledFunction(Engine):
     cdef vectorcallfunc _vectorcall_slot   # PEP 590 entry point, found via tp_vectorcall_offset
     cdef readonly object fun               # the Python function being jitted
     cdef object _jitted                    # jax.jit(fun, same options): the slow path
-    cdef dict _options                     # the jit options given, for pickling
+    cdef readonly dict _options            # the jit options given: pickling, the warm-start key
     cdef CompiledFunctionCache _shared_cache  # the shared LRU holding our executables
     cdef tuple _static_argnums             # as jax resolved them; may be negative
     cdef frozenset _static_argnames        # as jax resolved them
@@ -58,3 +58,5 @@ cdef class CompiledFunction(Engine):
     cdef object _call(self, Call* call)
     cdef object _flatten(self, Call* call, tuple context, CallTimes* times)
     cdef tuple _split_static(self, tuple args, dict kwargs)
+    cdef tuple _from_compiled(self, CacheEntry entry, list leaves, object compiled,
+                              bint jax_is_fallback)

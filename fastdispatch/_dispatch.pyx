@@ -33,7 +33,7 @@ from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE, PyTuple_New, PyTu
 
 from fastdispatch._cache cimport CacheEntry, CompiledFunctionCache
 from fastdispatch._engine cimport (
-    Call, CallTimes, Engine, PreviousCall, trace_context, trace_state_clean)
+    Call, CallTimes, Engine, PreviousCall, trace_context, trace_state_clean, warm_store)
 from fastdispatch._execute cimport Executable, make_executable
 from fastdispatch._keys cimport same_items
 from fastdispatch._outputs cimport output_tree
@@ -433,7 +433,29 @@ cdef class CompiledFunction(Engine):
         cdef Py_ssize_t nargs = PyVectorcall_NARGS(call.nargsf)
         compiled = self._jitted.lower(*_tuple_from_array(call.argv, nargs),
                                       **_kwargs_from_array(call.argv, nargs, call.kwnames)).compile()
-        return (make_executable(compiled, entry.signature, leaves, self._donates, True),
+        cdef tuple built = self._from_compiled(entry, leaves, compiled, True)
+        if entry.warm_key is not None:
+            store = warm_store()
+            if store is not None:
+                store.save(entry.warm_key, compiled, self.fun)
+        return built
+
+    cdef object warm_key(self, Call* call, CallSignature signature, object store):
+        """The call's key in the warm-start store (fastdispatch.warm), or None."""
+        return store.key(self.fun, self._options, signature)
+
+    cdef tuple build_loaded(self, Call* call, CacheEntry entry, list leaves, object loaded):
+        """The entry of an executable loaded from the warm-start store.  It
+        converts host values itself: handing them to jax.jit, whose caches
+        are empty in this process, would trace and compile after all."""
+        return self._from_compiled(entry, leaves, loaded, False)
+
+    cdef tuple _from_compiled(self, CacheEntry entry, list leaves, object compiled,
+                              bint jax_is_fallback):
+        """(Executable, Outputs) of a jax.stages.Compiled: jax.jit's just now,
+        or one loaded from the warm-start store (see make_executable)."""
+        return (make_executable(compiled, entry.signature, leaves, self._donates,
+                                jax_is_fallback),
                 output_tree(compiled.out_tree))
 
     cdef void remember(self, Call* call, CacheEntry entry, CallSignature signature):

@@ -80,6 +80,10 @@ cdef int stamp_end(Call* call, CallTimes* times, bint hit, long long compile_ns,
 cdef bint trace_state_clean() noexcept
 cdef tuple trace_context()
 
+# The warm-start store (fastdispatch.warm.WarmStart) while warm start is on,
+# else None.
+cdef object warm_store()
+
 
 cdef class PreviousCall:
     cdef CacheEntry entry                  # the entry that served it
@@ -99,6 +103,7 @@ cdef class Engine:
     cdef object run(self, Call* call, CacheEntry entry, object finish, object leaves,
                     CallTimes* times)
     cdef object compile(self, Call* call, CacheEntry entry, list leaves, CallTimes* times)
+    cdef object warm(self, Call* call, CacheEntry entry, list leaves, CallTimes* times, object store)
     cdef object fallback(self, Call* call, str reason, CallTimes* times, CallSignature signature)
     cdef CacheEntry entry_for(self, CallSignature signature, Executable executable, str reason,
                               double seconds)
@@ -107,6 +112,8 @@ cdef class Engine:
     cdef object dispatch(self, Call* call, CallTimes* times)
     cdef object slow_call(self, Call* call)
     cdef tuple build(self, Call* call, CacheEntry entry, list leaves, object out)
+    cdef object warm_key(self, Call* call, CallSignature signature, object store)
+    cdef tuple build_loaded(self, Call* call, CacheEntry entry, list leaves, object loaded)
     cdef void remember(self, Call* call, CacheEntry entry, CallSignature signature)
     cdef void handed_off(self, Call* call, CacheEntry entry, str reason)
     cdef object returned(self, Call* call, object out)

@@ -10,6 +10,9 @@ takes these steps, in this order:
              and static parts (flatten, bind, split the graph)
   lookup     the guard against the previous call's own signature, else a
              CallSignature looked up in the function's cache
+  warm       a miss with warm start on (fastdispatch.warm): the front end's
+             store key (``warm_key``); an executable stored under it is
+             loaded, made the entry (``build_loaded``) and run
   compile    a miss: one thread runs the call the front end's library's way
              (``slow_call``: jax.jit, equinox's filter_jit, flax's nnx.jit) and
              takes its executable (``build``); other threads wait on the entry
@@ -20,7 +23,8 @@ takes these steps, in this order:
 
 A front end is one Engine subclass that supplies its hooks: ``dispatch``,
 ``slow_call``, ``build`` and, where it guards more than the signature,
-``remember`` and ``handed_off``; ``returned`` for a post hook.
+``remember`` and ``handed_off``; ``returned`` for a post hook; ``warm_key``
+and ``build_loaded`` where its executables can be stored (jit's).
 """
 from cpython.object cimport PyObject
 from cpython.ref cimport Py_INCREF, Py_XDECREF
@@ -50,6 +54,22 @@ cdef object _trace_sink = None
 cdef object _profiling = _jax.TRACE_ME.is_enabled
 cdef object _TraceMe = _jax.TRACE_ME
 cdef object _end_span = _jax.TRACE_ME.__exit__
+
+
+# The warm-start store while warm start is on, else None: read on a miss
+# only, so a hit never looks at it (fastdispatch.warm).
+cdef object _warm_store = None
+
+
+def set_warm_store(store):
+    """Look for, and keep, executables in ``store`` (a fastdispatch.warm.WarmStart);
+    None stops it."""
+    global _warm_store
+    _warm_store = store
+
+
+cdef object warm_store():
+    return _warm_store
 
 
 def set_trace_sink(sink):
@@ -195,6 +215,8 @@ cdef class Engine:
             if reason is not None:
                 return self.fallback(call, reason, times, signature)
             entry = self.executables.insert(signature)
+            if _warm_store is not None:
+                return self.warm(call, entry, leaves, times, _warm_store)
             return self.compile(call, entry, leaves, times)
         entry.wait(<object>call.function)
         self.remember(call, entry, signature)
@@ -249,6 +271,36 @@ cdef class Engine:
         ended(call, times, False, compiled_at - began, entry.slow_reason, entry.signature)
         return self.returned(call, out)
 
+    cdef object warm(self, Call* call, CacheEntry entry, list leaves, CallTimes* times,
+                     object store):
+        """A miss with warm start on, before anything is traced: the executable
+        stored under the call's key becomes the entry and runs; without one
+        (or a key), ``compile``, whose ``build`` writes it under the key."""
+        reached(times, AT_FOUND, "warm start")
+        cdef long long began = now_ns()
+        try:
+            key = self.warm_key(call, entry.signature, store)
+            loaded = None if key is None else store.load(key)
+        except BaseException as error:
+            # Never expected (the store answers None on any failure); an
+            # interrupt: no waiter is left on an entry that never completes.
+            self.executables.fail(entry, error)
+            raise
+        if key is None:
+            return self.compile(call, entry, leaves, times)
+        if loaded is None:
+            entry.warm_key = key
+            return self.compile(call, entry, leaves, times)
+        try:
+            executable, finish = self.build_loaded(call, entry, leaves, loaded)
+        except Exception:
+            # Not for this call after all (NotFast: a reshard, host data): the
+            # library compiles it, and the stored file stays as it is.
+            return self.compile(call, entry, leaves, times)
+        self.executables.complete(entry, executable, finish, None, (now_ns() - began) / 1e9)
+        self.remember(call, entry, entry.signature)
+        return self.run(call, entry, finish, leaves, times)
+
     cdef object fallback(self, Call* call, str reason, CallTimes* times,
                          CallSignature signature):
         """The one hand-off: the library runs the call as the caller made it."""
@@ -285,6 +337,17 @@ cdef class Engine:
     cdef tuple build(self, Call* call, CacheEntry entry, list leaves, object out):
         """(Executable, Outputs) for the entry the library just compiled and
         ran (returning ``out``); raises NotFast for one the library must run."""
+        raise NotImplementedError
+
+    cdef object warm_key(self, Call* call, CallSignature signature, object store):
+        """The store key of this call (``store.key(...)``), or None: not stored
+        (the front ends whose executables are not stored: filter_jit, nnx.jit)."""
+        return None
+
+    cdef tuple build_loaded(self, Call* call, CacheEntry entry, list leaves, object loaded):
+        """(Executable, Outputs) for the entry from the executable ``loaded``
+        from the store (what ``store.load`` returned); raises NotFast for one
+        the library must run."""
         raise NotImplementedError
 
     cdef void remember(self, Call* call, CacheEntry entry, CallSignature signature):

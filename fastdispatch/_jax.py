@@ -74,6 +74,9 @@ Private names used, all read here only:
                                           where device_put puts data when given no device
   jax._src.dispatch.JAXPR_TRACE_EVENT, JAXPR_TO_MLIR_MODULE_EVENT, BACKEND_COMPILE_EVENT
                                           jax.monitoring's names of a compile's phases
+  jax._src.core.AxisEnv .axis_sizes, .spmd_axis_names, .explicit_mesh_axis_names
+                                          the trace context's axis environment, as data
+                                          (warm start's key)
 """
 
 from __future__ import annotations
@@ -545,9 +548,28 @@ def python_scalar_aval(value):
 
 # -- for --trace's findings (tracing/hooks.py) ------------------------------------
 
+# jax.monitoring's event for a function traced at top level (warm start: a
+# compile that traced in this process).
+JAXPR_TRACE_EVENT = _dispatch.JAXPR_TRACE_EVENT
+
 # jax.monitoring's duration events of one compile, by the phase they time.
 COMPILE_PHASE_EVENTS = {
     _dispatch.JAXPR_TRACE_EVENT: "tracing",
     _dispatch.JAXPR_TO_MLIR_MODULE_EVENT: "lowering",
     _dispatch.BACKEND_COMPILE_EVENT: "XLA",
 }
+
+
+# -- warm start (fastdispatch.warm) ---------------------------------------------------
+
+
+def axis_env_parts(value):
+    """The trace context's axis environment as plain data (axis sizes, SPMD and
+    explicit mesh axis names), or None when ``value`` is not one."""
+    if type(value) is not _core.AxisEnv:
+        return None
+    return (
+        tuple(sorted(value.axis_sizes.items(), key=repr)),
+        tuple(sorted(value.spmd_axis_names, key=repr)),
+        tuple(sorted(value.explicit_mesh_axis_names, key=repr)),
+    )

@@ -421,3 +421,30 @@ def test_compile_phase_events_are_reported_by_jax_monitoring():
     finally:
         jax.monitoring.unregister_event_duration_listener(listener)
     assert set(durations) == {"tracing", "lowering", "XLA"}
+
+
+def test_trace_event_marks_each_top_level_trace():
+    # Warm start writes a compile only when jax traced it in this process.
+    events = []
+
+    def listener(event, seconds, **kwargs):
+        if event == _jax.JAXPR_TRACE_EVENT:
+            events.append(event)
+
+    f = jax.jit(lambda v: v * 5 - 1)
+    x, y = jnp.ones(4), jnp.ones(3)  # made first: jnp.ones traces too
+    jax.monitoring.register_event_duration_secs_listener(listener)
+    try:
+        f(x)
+        f(x)  # jax's caches: no trace
+        assert len(events) == 1
+        f(y)  # a new shape: traced again
+        assert len(events) == 2
+    finally:
+        jax.monitoring.unregister_event_duration_listener(listener)
+
+
+def test_axis_env_parts_of_the_trace_context():
+    (env,) = [value for value in _jax.trace_context() if _jax.axis_env_parts(value) is not None]
+    assert _jax.axis_env_parts(env) == ((), (), ())
+    assert _jax.axis_env_parts(None) is None and _jax.axis_env_parts(()) is None

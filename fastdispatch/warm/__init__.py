@@ -1,0 +1,125 @@
+"""Warm start: a restarted program skips tracing, lowering and compiling.
+
+    fastdispatch.warm_start("~/.cache/myprog")      # or FASTDISPATCH_WARM_START=DIR,
+                                                     # or python -m fastdispatch --warm-start DIR
+
+Every executable ``fastdispatch.jit`` compiles is written to the store
+(warm/store.py) under a key (warm/keys.py) that covers the call's signature,
+the function's identity (warm/identity.py: its code and everything it reaches)
+and the environment.  In a later process, a miss computes the key before
+tracing; a file under it is loaded and run, and the call is then an ordinary
+cache entry.  A call whose key cannot be described stably is compiled as
+always and never stored; ``warm_start_stats()`` says why (docs/warm-start.md).
+"""
+
+from __future__ import annotations
+
+import threading
+
+import jax
+
+from fastdispatch import _engine, _jax
+from fastdispatch.warm.identity import NotStored
+from fastdispatch.warm.keys import call_key
+from fastdispatch.warm.store import DEFAULT_MAX_BYTES, Store, WarmStartWarning
+
+# The thread's count of functions jax traced at top level (jax.monitoring's
+# trace event): a compile is written only when jax traced it in this process,
+# not when it reused a trace from before a global changed.
+_traces = threading.local()
+
+
+def _count_trace(event, duration, **kwargs):
+    if event == _jax.JAXPR_TRACE_EVENT:
+        _traces.count = getattr(_traces, "count", 0) + 1
+
+
+class WarmStart:
+    """The engine's view of the store: key, load, save (jit's hooks call these)."""
+
+    def __init__(self, store: Store):
+        self.store = store
+
+    def key(self, fun, options, signature):
+        """The store key of this call, or None (the reason recorded)."""
+        try:
+            return call_key(fun, options, signature)
+        except NotStored as refusal:
+            self.store.refuse(fun, str(refusal))
+        except Exception as error:  # never let a key break a call: compile instead
+            self.store.refuse(fun, f"has a key that failed ({type(error).__name__}: {error})")
+        return None
+
+    def load(self, key):
+        """The Compiled stored under ``key``, or None; on None, the compile
+        that follows may write it (``save``)."""
+        compiled = self.store.load(key)
+        if compiled is None:
+            _traces.pending = (key, getattr(_traces, "count", 0))
+        return compiled
+
+    def save(self, key, compiled, fun):
+        pending = getattr(_traces, "pending", None)
+        _traces.pending = None
+        if pending is None or pending[0] != key or getattr(_traces, "count", 0) <= pending[1]:
+            # jax served this compile from a trace made earlier in this process
+            # (before a global it reads may have changed): not written.
+            self.store.refuse(fun, "was compiled from a trace jax made earlier in this process")
+            return
+        self.store.save(key, compiled, fun)
+
+
+_current = None
+_listening = False
+
+
+def warm_start(directory, *, max_bytes: int = DEFAULT_MAX_BYTES):
+    """Keep every executable ``fastdispatch.jit`` compiles in ``directory``,
+    and load it there in later processes instead of tracing and compiling.
+
+    ``max_bytes`` bounds the directory (least recently used files go first).
+    ``None`` turns warm start off.  filter_jit and nnx.jit are not stored."""
+    global _current, _listening
+    if directory is None:
+        _engine.set_warm_store(None)
+        _current = None
+        return
+    current = WarmStart(Store(directory, max_bytes))
+    if not _listening:
+        jax.monitoring.register_event_duration_secs_listener(_count_trace)
+        _listening = True
+    _current = current
+    _engine.set_warm_store(current)
+
+
+def warm_start_stats() -> dict | None:
+    """None when warm start is off; else the store's directory, its counts
+    (loaded, missed, written, damaged, not_written, evicted), whether it is
+    writable, and ``not_stored``: per function, why its calls are not stored."""
+    if _current is None:
+        return None
+    store = _current.store
+    with store._lock:
+        return {
+            "directory": store.directory,
+            "writable": store.writable,
+            "max_bytes": store.max_bytes,
+            **store.counts,
+            "not_stored": dict(store.not_stored),
+        }
+
+
+def summary() -> str:
+    """warm_start_stats() as text, for the end of the --trace report."""
+    stats = warm_start_stats()
+    if stats is None:
+        return ""
+    counts = ", ".join(
+        f"{stats[name]} {name}" for name in ("loaded", "missed", "written", "damaged", "evicted")
+    )
+    lines = [f"warm start ({stats['directory']}{'' if stats['writable'] else ', read-only'}): {counts}"]
+    lines += [f"  {reason}" for reason in stats["not_stored"].values()]
+    return "\n".join(lines) + "\n"
+
+
+__all__ = ["WarmStartWarning", "warm_start", "warm_start_stats"]

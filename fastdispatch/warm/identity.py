@@ -1,0 +1,373 @@
+"""A function's identity across processes: one digest of everything its trace
+can read.
+
+jax traces a function by running it: what it computes depends on its code and
+on every value that code reaches at trace time, not on its name.  So the digest
+covers the code (bytecode, constants, names, defaults, nested code objects) and
+what it reaches: closure cells, the globals its code names (recursively, through
+the functions and nested code it reaches), arrays and scalars by content,
+installed modules and their functions by name and version, user modules by the
+digest of their source file.  A value it cannot describe the same way in
+another process (an object of an arbitrary class, a file, a lock) raises
+NotStored, naming its type and where the function reaches it: such a function
+is compiled as it always is, never loaded.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import functools
+import hashlib
+import importlib.metadata
+import os
+import sys
+import sysconfig
+import types
+
+import numpy as np
+
+from fastdispatch import _jax
+
+
+class NotStored(Exception):
+    """A call the store cannot key stably; the message says what and where."""
+
+
+# Where installed code lives: the standard library and site-packages.  A module
+# there is keyed by its name and its package's version, not by its source.
+_INSTALLED_PREFIXES = tuple(
+    {
+        os.path.realpath(path) + os.sep
+        for key in ("stdlib", "platstdlib", "purelib", "platlib")
+        if (path := sysconfig.get_paths().get(key))
+    }
+)
+
+
+@functools.cache
+def _package_version(top: str) -> str:
+    """The version of the installed package ``top`` (a top-level module name)."""
+    if top == "fastdispatch":
+        from fastdispatch.warm.keys import fastdispatch_version
+
+        return fastdispatch_version()
+    module = sys.modules.get(top)
+    version = getattr(module, "__version__", None)
+    if isinstance(version, str):
+        return version
+    if top in sys.stdlib_module_names or top in sys.builtin_module_names:
+        return sys.version
+    try:
+        return importlib.metadata.version(top)
+    except (importlib.metadata.PackageNotFoundError, ValueError):
+        return sys.version if _is_installed_file(getattr(module, "__file__", None)) else ""
+
+
+def _is_installed_file(path) -> bool:
+    return path is None or os.path.realpath(path).startswith(_INSTALLED_PREFIXES)
+
+
+def _installed(module_name: str | None) -> bool:
+    """Code of this module is installed (stdlib, site-packages, fastdispatch itself)."""
+    if not module_name:
+        return False
+    top = module_name.partition(".")[0]
+    if top == "fastdispatch" or top in sys.builtin_module_names:
+        return True
+    module = sys.modules.get(module_name) or sys.modules.get(top)
+    return module is not None and _is_installed_file(getattr(module, "__file__", None))
+
+
+@functools.lru_cache(maxsize=256)
+def _file_digest(path: str, mtime_ns: int, size: int) -> str:
+    # Keyed by mtime and size too, so an edited file is read again.
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+def _resolve(module_name: str, qualname: str):
+    value = sys.modules.get(module_name)
+    for part in qualname.split("."):
+        value = getattr(value, part, None)
+    return value
+
+
+class _Digest:
+    """Writes values into a sha256 as tokens; refuses what it cannot describe."""
+
+    def __init__(self):
+        self.hash = hashlib.sha256()
+        self.seen = {}  # id -> order of the functions, code and containers met (cycles)
+        self.alive = []  # keeps them alive, so that ids stay unique
+        self.where = "?"  # the function being read: file:line
+
+    def token(self, *parts):
+        # repr, so that no part can hold the separator: one stream, one meaning.
+        for part in parts:
+            self.hash.update(repr(part).encode("utf-8", "backslashreplace") + b"\x00")
+
+    def raw(self, data: bytes):
+        self.token("bytes", len(data))
+        self.hash.update(data)
+
+    def refuse(self, value, how):
+        kind = type(value)
+        name = (
+            kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
+        )
+        raise NotStored(f"{how} an object of type {name} at {self.where}")
+
+    def once(self, value) -> bool:
+        """True the first time ``value`` is met; after, writes a back reference."""
+        index = self.seen.get(id(value))
+        if index is not None:
+            self.token("ref", index)
+            return False
+        self.seen[id(value)] = len(self.seen)
+        self.alive.append(value)
+        return True
+
+    # -- values ----------------------------------------------------------------
+
+    def value(self, value, how):
+        kind = type(value)
+        if value is None or value is Ellipsis or kind in (bool, int, str):
+            self.token(kind.__name__, value)
+        elif kind is float:
+            self.token("float", value.hex())
+        elif kind is complex:
+            self.token("complex", value.real.hex(), value.imag.hex())
+        elif kind is bytes:
+            self.raw(value)
+        elif isinstance(value, enum.Enum):
+            self.type_(kind, how)
+            self.token("enum", value.name)
+        elif kind in (tuple, list):
+            if self.once(value):
+                self.token(kind.__name__, len(value))
+                for item in value:
+                    self.value(item, how)
+        elif isinstance(value, tuple) and hasattr(kind, "_fields"):  # a namedtuple
+            self.type_(kind, how)
+            self.token("namedtuple", len(value))
+            for item in value:
+                self.value(item, how)
+        elif kind is dict:
+            if self.once(value):
+                self.token("dict", len(value))
+                for key, item in value.items():
+                    self.value(key, how)
+                    self.value(item, how)
+        elif kind in (set, frozenset):
+            # Unordered: each element by its own digest, sorted.
+            self.token(kind.__name__, sorted(_digest_of(item, how, self.where) for item in value))
+        elif isinstance(value, (np.ndarray, np.generic)):
+            self.numpy(value, how)
+        elif kind is _jax.ARRAY_TYPE:
+            self.jax_array(value, how)
+        elif isinstance(value, np.dtype):
+            self.token("dtype", value.str, value.name)
+        elif kind is types.FunctionType:
+            self.function(value)
+        elif kind is types.CodeType:
+            self.code(value)
+        elif kind is types.ModuleType:
+            self.module(value, ())
+        elif kind is types.MethodType:
+            self.token("method")
+            self.value(value.__self__, how)
+            self.value(value.__func__, how)
+        elif kind is functools.partial:
+            self.token("partial")
+            self.value(value.func, how)
+            self.value(value.args, how)
+            self.value(value.keywords, how)
+        elif isinstance(value, type):
+            self.type_(value, how)
+        elif dataclasses.is_dataclass(value):
+            self.type_(kind, how)
+            if self.once(value):
+                # Its fields, and whatever else __post_init__ set on it.
+                names = [field.name for field in dataclasses.fields(value)]
+                names += sorted(set(getattr(value, "__dict__", ())) - set(names))
+                for name in names:
+                    self.token(name)
+                    self.value(getattr(value, name), how)
+        elif self.jitted(value, how):
+            pass
+        elif self.named(value):
+            pass
+        else:
+            self.refuse(value, how)
+
+    def numpy(self, value, how):
+        array = np.asarray(value)
+        if array.dtype.hasobject:
+            self.refuse(value, how)
+        self.token("numpy", type(value).__name__, array.dtype.str, array.shape)
+        self.raw(np.ascontiguousarray(array).tobytes())
+
+    def jax_array(self, value, how):
+        if not value.is_fully_addressable:
+            self.refuse(value, how)
+        self.token("jax", value.dtype.str, value.shape, value.weak_type)
+        self.raw(np.ascontiguousarray(np.asarray(value)).tobytes())
+
+    def jitted(self, value, how) -> bool:
+        """A fastdispatch.jit function: its function and its options."""
+        from fastdispatch._dispatch import CompiledFunction
+
+        if type(value) is not CompiledFunction:
+            return False
+        self.token("jit")
+        self.value(value.fun, how)
+        from fastdispatch.warm.keys import options_digest
+
+        self.token(options_digest(value._options))
+        return True
+
+    def named(self, value) -> bool:
+        """An installed module's function, class or other named object (a
+        numpy ufunc, jax.nn.relu): by its name and its package's version."""
+        module_name = getattr(value, "__module__", None)
+        qualname = getattr(value, "__qualname__", None) or getattr(value, "__name__", None)
+        if isinstance(value, np.ufunc):
+            module_name, qualname = "numpy", value.__name__
+        if not isinstance(module_name, str) or not isinstance(qualname, str):
+            return False
+        if not _installed(module_name) or _resolve(module_name, qualname) is not value:
+            return False
+        self.token("named", module_name, qualname, _package_version(module_name.partition(".")[0]))
+        return True
+
+    def type_(self, kind, how):
+        """A class: installed ones by name and version, user ones by name and
+        the source of their module (their methods' code lives there)."""
+        module_name = kind.__module__
+        self.token("type", module_name, kind.__qualname__)
+        if _installed(module_name):
+            self.token(_package_version(module_name.partition(".")[0]))
+            return
+        module = sys.modules.get(module_name)
+        if module is None:
+            self.refuse(kind, how)
+        self.module(module, ())
+
+    # -- code ----------------------------------------------------------------------
+
+    def function(self, fun):
+        if not self.once(fun):
+            return
+        where = self.where
+        code = fun.__code__
+        self.where = f"{os.path.basename(code.co_filename)}:{code.co_firstlineno}"
+        try:
+            if _installed(fun.__module__):
+                # A library's code: by name and version, but what it closes over
+                # (an optimizer's learning rate) by value.
+                self.token(
+                    "library function",
+                    fun.__module__,
+                    fun.__qualname__,
+                    _package_version(fun.__module__.partition(".")[0]),
+                )
+            else:
+                self.token("function")
+                self.code(code)
+                self.globals_of(fun, code)
+            self.value(fun.__defaults__, "has as default")
+            self.value(fun.__kwdefaults__, "has as default")
+            for name, cell in zip(code.co_freevars, fun.__closure__ or ()):
+                self.token("cell", name)
+                try:
+                    contents = cell.cell_contents
+                except ValueError:  # empty: not assigned yet
+                    self.token("empty")
+                    continue
+                if type(contents) is types.ModuleType:
+                    self.module(contents, sorted(_names(code)))
+                else:
+                    self.value(contents, "closes over")
+        finally:
+            self.where = where
+
+    def code(self, code):
+        if not self.once(code):
+            return
+        self.token(
+            "code",
+            code.co_name,
+            code.co_qualname,
+            code.co_argcount,
+            code.co_posonlyargcount,
+            code.co_kwonlyargcount,
+            code.co_flags,
+        )
+        self.token(code.co_names, code.co_varnames, code.co_freevars, code.co_cellvars)
+        self.raw(code.co_code)
+        for constant in code.co_consts:
+            self.value(constant, "has as constant")
+
+    def globals_of(self, fun, code):
+        """The globals the code (and its nested code) names, by value."""
+        names = sorted(_names(code))
+        namespace = fun.__globals__
+        for name in names:
+            if name in namespace:
+                self.token("global", name)
+                value = namespace[name]
+                if type(value) is types.ModuleType:
+                    self.module(value, names)
+                else:
+                    self.value(value, "reads the global " + name + ",")
+
+    def module(self, module, names):
+        """An installed module by name and version; a user module by its source,
+        and the attributes the code may read of it (``names``) by value, as a
+        program may set them at run time (``mylib.SCALE = 2.0``)."""
+        self.token("module", module.__name__)
+        if _installed(module.__name__):
+            self.token(_package_version(module.__name__.partition(".")[0]))
+            return
+        if not self.once(module):
+            return
+        path = getattr(module, "__file__", None)
+        if not path:
+            self.refuse(module, "reads a module without a source file,")
+        stat = os.stat(path)
+        self.token(_file_digest(path, stat.st_mtime_ns, stat.st_size))
+        for name in names:
+            if name in vars(module):
+                self.token("attribute", name)
+                value = vars(module)[name]
+                if type(value) is not types.ModuleType:
+                    self.value(value, "reads " + module.__name__ + "." + name + ",")
+
+
+def _names(code) -> set:
+    names = set(code.co_names)
+    for constant in code.co_consts:
+        if type(constant) is types.CodeType:
+            names |= _names(constant)
+    return names
+
+
+def _digest_of(value, how, where) -> str:
+    digest = _Digest()
+    digest.where = where
+    digest.value(value, how)
+    return digest.hash.hexdigest()
+
+
+def function_digest(fun) -> str:
+    """The digest of ``fun``'s identity; raises NotStored with what it reaches
+    that cannot be described stably, and where."""
+    digest = _Digest()
+    digest.value(fun, "is")
+    return digest.hash.hexdigest()
+
+
+def value_digest(value, how="takes") -> str:
+    """The digest of one value (a static argument, a jit option) by content."""
+    return _digest_of(value, how, "the call")

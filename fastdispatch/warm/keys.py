@@ -1,0 +1,189 @@
+"""The store key of one compiled call: the same in every process that would
+compile the same executable, and different wherever the executable (or its
+result) could differ.
+
+It digests four things:
+  environment  fastdispatch, jax, jaxlib and Python versions; the backend, its
+               devices (kinds, count) and this process's index and count; XLA's
+               flags; every jax setting (``jax.config.values``)
+  function     its identity (warm/identity.py): code and what the code reaches
+  options      the jit options (static and donated arguments, shardings, ...)
+  call         the call's signature: the tree of its dynamic arguments, each
+               leaf's kind, dtype, shape, weak type, sharding (by mesh shape,
+               axis names, device ids and spec) and committedness; the static
+               arguments by content; jax's trace context at the call
+A part it cannot describe stably raises NotStored.
+"""
+
+from __future__ import annotations
+
+import enum
+import functools
+import hashlib
+import importlib.metadata
+import os
+import sys
+
+import jax
+import jaxlib
+
+from fastdispatch import _jax
+from fastdispatch.warm.identity import NotStored, function_digest, value_digest
+
+# Bump when what a key covers, or how, changes: old files are then never read.
+KEY_FORMAT = 1
+
+
+@functools.cache
+def fastdispatch_version() -> str:
+    try:
+        return importlib.metadata.version("fastdispatch")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def environment() -> tuple:
+    """What the process compiles for, beyond the call itself.  Read at every
+    key (a miss only): a test may change the versions it reads."""
+    devices = jax.devices()
+    return (
+        KEY_FORMAT,
+        fastdispatch_version(),
+        jax.__version__,
+        jaxlib.__version__,
+        sys.version,
+        jax.default_backend(),
+        devices[0].client.platform_version,
+        tuple(sorted((device.platform, device.device_kind, device.id) for device in devices)),
+        len(jax.local_devices()),
+        jax.process_index(),
+        jax.process_count(),
+        os.environ.get("XLA_FLAGS", ""),
+        os.environ.get("LIBTPU_INIT_ARGS", ""),
+        tuple(sorted((name, _setting(value)) for name, value in jax.config.values.items())),
+    )
+
+
+def _setting(value):
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, enum.Enum):
+        return (type(value).__qualname__, value.name)
+    return (type(value).__qualname__, repr(value))
+
+
+def options_digest(options: dict) -> str:
+    """jit options (as ``jit`` was given them), by content."""
+    return value_digest(
+        {name: _option(value) for name, value in sorted(options.items())}, "has as jit option"
+    )
+
+
+def _option(value):
+    if _is_sharding(value):
+        return sharding_description(value, None)
+    if isinstance(value, (tuple, list)):
+        return tuple(_option(item) for item in value)
+    if type(value) is dict:
+        return {key: _option(item) for key, item in value.items()}
+    if type(value).__name__ == "Device" or hasattr(value, "platform") and hasattr(value, "id"):
+        return ("device", value.platform, value.id)
+    return value
+
+
+def _is_sharding(value) -> bool:
+    return isinstance(value, jax.sharding.Sharding)
+
+
+def sharding_description(sharding, ndim) -> tuple:
+    """A sharding as mesh shape, axis names, device ids and spec (NamedSharding)
+    or its device (SingleDeviceSharding); other kinds raise NotStored."""
+    if isinstance(sharding, jax.sharding.SingleDeviceSharding):
+        (device,) = sharding.device_set
+        return ("single", device.platform, device.id, sharding.memory_kind)
+    if isinstance(sharding, jax.sharding.NamedSharding):
+        mesh = sharding.mesh
+        ids = tuple(int(device.id) for device in mesh.devices.flat) if hasattr(mesh, "devices") else ()
+        return (
+            "named",
+            tuple(mesh.axis_names),
+            tuple(mesh.shape.values()),
+            tuple(str(kind) for kind in getattr(mesh, "axis_types", ())),
+            ids,
+            repr(sharding.spec),
+            sharding.memory_kind,
+        )
+    raise NotStored(f"takes an argument with a sharding of type {type(sharding).__qualname__}")
+
+
+def _context_value(value):
+    """One value of jax's trace context, as stable data."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, enum.Enum):
+        return (type(value).__qualname__, value.name)
+    parts = _jax.axis_env_parts(value)
+    if parts is not None:
+        return ("axis env", parts)
+    if isinstance(value, tuple):
+        return tuple(_context_value(item) for item in value)
+    if hasattr(value, "platform") and hasattr(value, "id"):  # a device
+        return ("device", value.platform, value.id)
+    if isinstance(value, jax.sharding.AbstractMesh):
+        return ("abstract mesh", repr(value))
+    if isinstance(value, jax.sharding.Mesh):
+        return (
+            "mesh",
+            tuple(value.axis_names),
+            tuple(value.shape.values()),
+            tuple(int(d.id) for d in value.devices.flat),
+        )
+    raise NotStored(f"runs under a jax setting holding an object of type {type(value).__qualname__}")
+
+
+def _tree(treedef) -> tuple:
+    """jax's tree structure as nested tuples of node types and their data."""
+    if treedef.num_nodes == 1 and treedef.num_leaves == 1:
+        return ("*",)
+    kind, data = treedef.node_data()
+    return (kind, data, tuple(_tree(child) for child in treedef.children()))
+
+
+def _leaf(view) -> tuple:
+    kind = view.kind
+    if view.aval is not None:
+        aval = view.aval
+        described = (
+            aval.dtype.str if hasattr(aval.dtype, "str") else str(aval.dtype),
+            tuple(aval.shape),
+            bool(aval.weak_type),
+        )
+    else:
+        described = None
+    sharding = None
+    if view.sharding is not None:
+        sharding = sharding_description(view.sharding, None)
+    impl = None if view.impl is None else str(view.impl)
+    py_type = None if view.py_type is None else view.py_type.__qualname__
+    dtype = None if view.dtype is None else str(view.dtype)
+    return (kind, described, sharding, bool(view.committed), impl, py_type, dtype, view.shape)
+
+
+def call_key(fun, options: dict, signature) -> str:
+    """The store key (hex) of a call of ``jit(fun, **options)`` with this
+    CallSignature; raises NotStored."""
+    names = _jax.trace_context_names()
+    context = tuple(zip(names, (_context_value(value) for value in signature.context)))
+    static = signature.static_args
+    parts = (
+        environment(),
+        function_digest(fun),
+        options_digest(options),
+        value_digest(_tree(signature.treedef.to_jax()), "takes a tree holding"),
+        tuple(_leaf(view) for view in signature.leaf_keys()),
+        value_digest(
+            tuple((static[i], static[i + 2]) for i in range(0, len(static), 3)), "takes as static argument"
+        ),
+        context,
+    )
+    return hashlib.sha256(repr(parts).encode()).hexdigest()

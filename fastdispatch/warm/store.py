@@ -1,0 +1,207 @@
+"""The warm-start store: one file per compiled call, in one directory.
+
+A file is named by its key (warm/keys.py) and holds a header (magic, the
+payload's length and sha256) and the payload: jax's serialized executable
+with its input and output trees (``jax.experimental.serialize_executable``).
+What disks and people do to it:
+
+- writes are atomic (a temporary file in the directory, then ``os.replace``),
+  so two processes filling one store at once each leave a whole file;
+- a file that is short, garbage or fails its checksum is a miss, with one
+  warning, and is written again after the compile;
+- a store made by another version of jax, jaxlib or fastdispatch is never
+  read: the versions are in the key;
+- the store is bounded (``max_bytes``): after a write, the least recently
+  used files go (a load touches its file's mtime);
+- a read-only store loads and never writes.
+
+Only a directory the user trusts may be a store: loading an executable runs
+pickle on the file (checksummed against damage, not against an attacker).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import pickle
+import struct
+import tempfile
+import threading
+import time
+import warnings
+
+from jax.experimental import serialize_executable
+
+MAGIC = b"fastdispatch-warm-1\n"
+SUFFIX = ".jit"
+_TEMP_PREFIX = ".tmp-"
+# A temporary file older than this was left by a process that died mid-write.
+_STALE_TEMP_SECONDS = 3600
+_HEADER = struct.Struct("<Q32s")  # payload length, sha256 of the payload
+
+DEFAULT_MAX_BYTES = 1 << 30
+
+
+class WarmStartWarning(RuntimeWarning):
+    """A store file could not be read (it is then compiled and written again)."""
+
+
+class Store:
+    """One warm-start directory, as one process sees it."""
+
+    def __init__(self, directory, max_bytes=DEFAULT_MAX_BYTES):
+        if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 0:
+            raise ValueError(f"warm_start: max_bytes must be a non-negative int, got {max_bytes!r}")
+        self.directory = os.path.abspath(os.fspath(directory))
+        self.max_bytes = max_bytes
+        try:
+            os.makedirs(self.directory, exist_ok=True)
+        except OSError:
+            pass  # read-only and absent: every load misses, nothing is written
+        self.writable = os.access(self.directory, os.W_OK | os.X_OK)
+        self._lock = threading.Lock()
+        self._warned = set()
+        self.counts = dict.fromkeys(("loaded", "missed", "written", "damaged", "not_written", "evicted"), 0)
+        self.not_stored = {}  # function name -> why its calls are not stored
+
+    def path(self, key: str) -> str:
+        return os.path.join(self.directory, key + SUFFIX)
+
+    def _count(self, name, n=1):
+        with self._lock:
+            self.counts[name] += n
+
+    def refuse(self, fun, reason: str):
+        """Record why ``fun``'s calls are not stored (for warm_start_stats):
+        "not stored: <name> <reason>"."""
+        name = getattr(fun, "__qualname__", None) or repr(fun)
+        with self._lock:
+            self.not_stored[name] = f"not stored: {name} {reason}"
+
+    # -- reading ---------------------------------------------------------------
+
+    def load(self, key: str):
+        """The jax.stages.Compiled stored under ``key``, or None."""
+        path = self.path(key)
+        try:
+            with open(path, "rb") as f:
+                data = f.read()
+        except FileNotFoundError:
+            self._count("missed")
+            return None
+        except OSError as error:
+            self._damaged(path, f"cannot be read ({error.strerror})")
+            return None
+        payload = _payload(data)
+        if payload is None:
+            self._damaged(path, "is damaged (truncated, or its checksum does not match)")
+            return None
+        try:
+            serialized, in_tree, out_tree = pickle.loads(payload)
+            compiled = serialize_executable.deserialize_and_load(serialized, in_tree, out_tree)
+        except Exception as error:
+            self._damaged(path, f"does not load ({type(error).__name__}: {error})")
+            return None
+        try:
+            os.utime(path)  # used now: the least recently used files go first
+        except OSError:
+            pass  # a read-only store
+        self._count("loaded")
+        return compiled
+
+    def _damaged(self, path, what):
+        self._count("damaged")
+        with self._lock:
+            first = path not in self._warned
+            self._warned.add(path)
+        if first:
+            warnings.warn(
+                f"fastdispatch warm start: {path} {what}; compiling instead",
+                WarmStartWarning,
+                stacklevel=2,
+            )
+
+    # -- writing ---------------------------------------------------------------
+
+    def save(self, key: str, compiled, fun) -> None:
+        """Write ``compiled`` (of ``fun``) under ``key``: atomically, then
+        bound the store.  Never raises: a store that cannot take it is left
+        as it is."""
+        if not self.writable:
+            return
+        try:
+            serialized, in_tree, out_tree = serialize_executable.serialize(compiled)
+            payload = pickle.dumps((serialized, in_tree, out_tree), protocol=pickle.HIGHEST_PROTOCOL)
+        except Exception as error:
+            # Host callbacks (jax.debug.print, io_callback) hold Python
+            # functions that do not pickle.
+            self._count("not_written")
+            self.refuse(fun, f"has an executable that does not serialize ({type(error).__name__}: {error})")
+            return
+        data = MAGIC + _HEADER.pack(len(payload), hashlib.sha256(payload).digest()) + payload
+        try:
+            fd, temp = tempfile.mkstemp(prefix=_TEMP_PREFIX, dir=self.directory)
+            try:
+                with os.fdopen(fd, "wb") as f:
+                    f.write(data)
+                os.replace(temp, self.path(key))
+            except BaseException:
+                with _quiet():
+                    os.remove(temp)
+                raise
+        except OSError:
+            self._count("not_written")  # full or read-only after all: stay correct
+            return
+        self._count("written")
+        self.bound()
+
+    def bound(self) -> None:
+        """Remove the least recently used files until the store fits max_bytes."""
+        files = []
+        now = time.time()
+        try:
+            with os.scandir(self.directory) as entries:
+                for entry in entries:
+                    try:
+                        stat = entry.stat()
+                    except OSError:
+                        continue
+                    if entry.name.startswith(_TEMP_PREFIX):
+                        if now - stat.st_mtime > _STALE_TEMP_SECONDS:
+                            with _quiet():
+                                os.remove(entry.path)
+                    elif entry.name.endswith(SUFFIX):
+                        files.append((stat.st_mtime_ns, stat.st_size, entry.path))
+        except OSError:
+            return
+        total = sum(size for _, size, _ in files)
+        for _, size, path in sorted(files):
+            if total <= self.max_bytes:
+                break
+            with _quiet():
+                os.remove(path)
+                self._count("evicted")
+            total -= size
+
+
+def _payload(data: bytes):
+    """The payload of a store file's bytes, or None when they are not a whole,
+    unchanged file."""
+    head = len(MAGIC) + _HEADER.size
+    if len(data) < head or not data.startswith(MAGIC):
+        return None
+    length, digest = _HEADER.unpack_from(data, len(MAGIC))
+    payload = data[head:]
+    if len(payload) != length or hashlib.sha256(payload).digest() != digest:
+        return None
+    return payload
+
+
+class _quiet:
+    """Ignore an OSError (a file another process removed first)."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, error, traceback):
+        return kind is not None and issubclass(kind, OSError)

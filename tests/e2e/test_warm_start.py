@@ -1,0 +1,257 @@
+"""Warm start across processes: the first run fills a store, a later run reads it.
+
+Each test runs tests/e2e/warm_program.py (nine small jitted functions, each
+printing ``TRACED name`` when jax traces it) in fresh processes over one store,
+and checks every result against numpy's, which functions jax traced, and the
+store's counts.  The contract above speed: a change to anything a function's
+trace reads recompiles it; a damaged, foreign or read-only store is a miss,
+never a crash or a wrong result.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import shutil
+import stat
+import subprocess
+import sys
+
+import pytest
+
+PROGRAM = os.path.join(os.path.dirname(os.path.abspath(__file__)), "warm_program.py")
+CONFIGS = """\
+import dataclasses
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    scale: float
+    depth: int
+"""
+# Every function of the program, and those whose executables are stored
+# (printing's jax.debug.print holds a Python callback: not serializable).
+FUNCTIONS = ("control", "body", "helper", "global_array", "closed", "static", "config", "donated", "printing")
+STORED = FUNCTIONS[:-1]
+
+
+def write_program(directory, add=2.0, helper=1.0):
+    with open(PROGRAM) as f:
+        source = f.read().replace("x + ADD", f"x + {add!r}")
+    (directory / "prog.py").write_text(source)
+    (directory / "helpers.py").write_text(f"def h(x):\n    return x * 2 + {helper!r}\n")
+    (directory / "configs.py").write_text(CONFIGS)
+
+
+def command(directory, cfg):
+    return [sys.executable, str(directory / "prog.py"), json.dumps(cfg), str(directory / "store")]
+
+
+def environment(extra=None):
+    env = dict(os.environ)  # PYTHONPATH included: the fastdispatch under test
+    env.pop("FASTDISPATCH_WARM_START", None)
+    env.update(extra or {})
+    return env
+
+
+def finished(proc, stdout, stderr):
+    assert proc.returncode == 0, f"exit {proc.returncode}\nstdout:\n{stdout}\nstderr:\n{stderr}"
+    report = json.loads(stdout.strip().splitlines()[-1])
+    report["traced"] = collections.Counter(
+        line.split()[1] for line in stdout.splitlines() if line.startswith("TRACED ")
+    )
+    report["stdout"], report["stderr"] = stdout, stderr
+    assert report["results"] == report["expected"], "a result differs from numpy's"
+    return report
+
+
+def run(directory, env=None, **cfg):
+    proc = subprocess.run(
+        command(directory, cfg), capture_output=True, text=True, timeout=180, env=environment(env)
+    )
+    return finished(proc, proc.stdout, proc.stderr)
+
+
+@pytest.fixture(scope="module")
+def filled(tmp_path_factory):
+    """A program and the store its first run filled, and that run's report."""
+    directory = tmp_path_factory.mktemp("filled")
+    write_program(directory)
+    return directory, run(directory)
+
+
+@pytest.fixture
+def program(filled, tmp_path):
+    """A copy of the filled program and store, for one test to change."""
+    directory = tmp_path / "run"
+    shutil.copytree(filled[0], directory)
+    return directory
+
+
+def store_files(directory):
+    return sorted((directory / "store").glob("*.jit"))
+
+
+def test_first_run_fills_the_store(filled):
+    directory, first = filled
+    assert first["traced"] == collections.Counter(FUNCTIONS)
+    assert first["stats"]["written"] == len(STORED) == len(store_files(directory))
+    assert first["stats"]["loaded"] == 0
+    assert "printing" in first["stats"]["not_stored"]["printing"]
+
+
+def test_second_run_loads_without_tracing(filled, program):
+    first = filled[1]
+    second = run(program)
+    assert second["results"] == first["results"]
+    assert second["traced"] == collections.Counter(["printing"])  # not stored, so traced
+    assert second["stats"]["loaded"] == len(STORED)
+    assert second["stats"]["written"] == 0
+    # Donation and effects as in the first run.
+    assert second["donated_deleted"] == first["donated_deleted"]
+    assert second["stdout"].count("printing 3.0") == first["stdout"].count("printing 3.0") == 1
+
+
+@pytest.mark.parametrize(
+    "changed, change",
+    [
+        ("body", {"add": 5.0}),  # the function's source
+        ("helper", {"helper": 4.0}),  # a helper in another user module
+        ("global_array", {"w": [3.0, 2.0, 1.0]}),
+        ("closed", {"closure": 4.0}),
+        ("static", {"n": 3}),
+        ("config", {"scale": 5.0}),  # a frozen dataclass of scalars
+    ],
+)
+def test_a_change_recompiles_that_function_only(program, changed, change):
+    if changed in ("body", "helper"):
+        write_program(program, **change)  # the source files themselves
+    second = run(program, **change)
+    assert second["traced"] == collections.Counter([changed, "printing"])
+    assert second["stats"]["loaded"] == len(STORED) - 1
+
+
+@pytest.mark.parametrize("change", [{"x64": True}, {"devices": 2}])
+def test_an_environment_change_recompiles_everything(program, change):
+    second = run(program, **change)
+    assert second["traced"] == collections.Counter(FUNCTIONS)
+    assert second["stats"]["loaded"] == 0
+
+
+def test_another_jax_version_neither_reads_nor_spoils_the_store(program):
+    other = run(program, jax_version="0.0.1")
+    assert other["traced"] == collections.Counter(FUNCTIONS)
+    assert other["stats"]["loaded"] == 0 and other["stats"]["damaged"] == 0
+    assert other["stats"]["written"] == len(STORED)
+    again = run(program)  # this version's files are still there
+    assert again["stats"]["loaded"] == len(STORED)
+
+
+def _garbage(data):
+    return b"\x00garbage" * 10
+
+
+def _truncated(data):
+    return data[: len(data) // 2]
+
+
+def _flipped(data):
+    return data[:-10] + bytes([data[-10] ^ 1]) + data[-9:]
+
+
+@pytest.mark.parametrize("damage", [_garbage, _truncated, _flipped], ids=["garbage", "truncated", "bit"])
+def test_a_damaged_file_is_a_miss_with_one_warning(program, damage):
+    for path in store_files(program):
+        path.write_bytes(damage(path.read_bytes()))
+    second = run(program)
+    assert second["traced"] == collections.Counter(FUNCTIONS)
+    assert second["stats"]["damaged"] == len(STORED)
+    assert second["stderr"].count("WarmStartWarning") == len(STORED)
+    assert second["stats"]["written"] == len(STORED)  # whole again
+
+
+def test_a_read_only_store_loads_and_never_writes(program, tmp_path):
+    store = program / "store"
+    for path in store_files(program):
+        path.chmod(stat.S_IRUSR)
+    store.chmod(stat.S_IRUSR | stat.S_IXUSR)
+    try:
+        second = run(program, readonly=True)
+        assert second["traced"] == collections.Counter(["printing"])
+        assert second["stats"]["loaded"] == len(STORED)
+        assert not second["stats"]["writable"] and second["stats"]["written"] == 0
+        assert "Warning" not in second["stderr"]
+        # An empty read-only store: everything compiles, nothing is written.
+        empty = tmp_path / "empty"
+        shutil.copytree(program, empty, ignore=shutil.ignore_patterns("*.jit"))
+        (empty / "store").chmod(stat.S_IRUSR | stat.S_IXUSR)
+        fresh = run(empty, readonly=True)
+        assert fresh["traced"] == collections.Counter(FUNCTIONS)
+        assert fresh["stats"]["written"] == 0 and not store_files(empty)
+    finally:
+        store.chmod(stat.S_IRWXU)
+
+
+def test_two_processes_fill_one_store_at_once(tmp_path):
+    write_program(tmp_path)
+    procs = [
+        subprocess.Popen(
+            command(tmp_path, {}),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=environment(),
+        )
+        for _ in range(2)
+    ]
+    for proc in procs:
+        stdout, stderr = proc.communicate(timeout=180)
+        report = finished(proc, stdout, stderr)
+        # Each function compiled here, or loaded as the other process wrote it.
+        assert max(report["traced"].values()) == 1 and report["traced"]["printing"] == 1
+        assert sum(report["traced"][name] for name in STORED) + report["stats"]["loaded"] == len(STORED)
+    assert len(store_files(tmp_path)) == len(STORED)
+    assert not [name for name in os.listdir(tmp_path / "store") if not name.endswith(".jit")]
+    after = run(tmp_path)
+    assert after["stats"]["loaded"] == len(STORED) and after["stats"]["damaged"] == 0
+
+
+def test_environment_variable_turns_it_on(tmp_path):
+    write_program(tmp_path)
+    env = {"FASTDISPATCH_WARM_START": str(tmp_path / "store")}
+    first = run(tmp_path, env=env)
+    assert first["stats"]["written"] == len(STORED)
+    second = run(tmp_path, env=env)
+    assert second["traced"] == collections.Counter(["printing"])
+
+
+CLI_PROGRAM = """\
+import jax
+import jax.numpy as jnp
+
+
+@jax.jit
+def step(w, x):
+    print("TRACED step")
+    return w - 0.1 * jnp.tanh(w * x)
+
+
+print(step(jnp.ones(4), jnp.arange(4.0)).tolist())
+"""
+
+
+def test_command_line_option(tmp_path):
+    (tmp_path / "cli.py").write_text(CLI_PROGRAM)
+    store, program = str(tmp_path / "store"), str(tmp_path / "cli.py")
+    cmd = [sys.executable, "-m", "fastdispatch", "--warm-start", store]
+    outputs = [
+        subprocess.run(cmd + options + [program], capture_output=True, text=True, timeout=180)
+        for options in ([], ["--trace"])
+    ]
+    for out in outputs:
+        assert out.returncode == 0, out.stderr
+    assert outputs[0].stdout.count("TRACED step") == 1
+    assert outputs[1].stdout == outputs[0].stdout.replace("TRACED step\n", "")
+    # --trace ends its report with the store's counts.
+    assert f"warm start ({store}): 1 loaded, 0 missed, 0 written" in outputs[1].stderr

@@ -1,0 +1,198 @@
+"""fastdispatch.warm in one process: the identity digest, the key, the store's
+files.  Across processes: tests/e2e/test_warm_start.py."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+import threading
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import fastdispatch
+from fastdispatch.warm import identity
+from fastdispatch.warm.identity import NotStored, function_digest, value_digest
+from fastdispatch.warm.store import MAGIC, Store, WarmStartWarning, _payload
+
+SCALE = 2.0
+ARRAY = np.arange(3.0)
+
+
+def uses_scale(x):
+    return x * SCALE
+
+
+def uses_array(x):
+    return x + ARRAY
+
+
+def calls_helper(x):
+    return uses_scale(x) + 1
+
+
+def recursive(n):
+    return 1 if n <= 1 else n * recursive(n - 1)
+
+
+@dataclasses.dataclass(frozen=True)
+class Frozen:
+    a: float
+    b: int
+
+
+class Opaque:
+    pass
+
+
+def closing_over(value):
+    def inner(x):
+        return x * value
+
+    return inner
+
+
+def test_digest_is_stable_and_follows_what_the_code_reaches(monkeypatch):
+    before = function_digest(calls_helper)
+    assert function_digest(calls_helper) == before
+    monkeypatch.setattr(f"{__name__}.SCALE", 3.0)  # read through the helper
+    assert function_digest(calls_helper) != before
+    array = function_digest(uses_array)
+    monkeypatch.setattr(f"{__name__}.ARRAY", np.arange(3.0) + 1)
+    assert function_digest(uses_array) != array
+    assert function_digest(recursive)  # a cycle ends
+
+
+def test_digest_of_closures_defaults_and_values():
+    assert function_digest(closing_over(1.0)) == function_digest(closing_over(1.0))
+    assert function_digest(closing_over(1.0)) != function_digest(closing_over(2.0))
+    assert function_digest(closing_over(Frozen(1.0, 2))) != function_digest(closing_over(Frozen(1.0, 3)))
+    assert function_digest(closing_over(jnp.ones(2))) != function_digest(closing_over(jnp.zeros(2)))
+    assert function_digest(closing_over(jnp.ones(2))) != function_digest(closing_over(np.ones(2)))
+    assert function_digest(closing_over(1)) != function_digest(closing_over(1.0))
+    assert function_digest(closing_over(True)) != function_digest(closing_over(1))
+    partial = functools.partial(uses_scale)
+    assert function_digest(partial) == function_digest(functools.partial(uses_scale))
+    assert value_digest(frozenset({1, "a", 2.5})) == value_digest(frozenset({2.5, 1, "a"}))
+    # Library functions by name and version, not by their code.
+    assert function_digest(closing_over(jnp.sum)) == function_digest(closing_over(jnp.sum))
+    assert function_digest(closing_over(np.sin)) != function_digest(closing_over(np.cos))
+
+
+def test_what_cannot_be_described_is_named_with_its_place():
+    fun = closing_over(Opaque())
+    with pytest.raises(NotStored, match=r"closes over an object of type .*Opaque at test_warm.py:\d+"):
+        function_digest(fun)
+    with pytest.raises(NotStored, match=r"closes over an object of type _thread.lock"):
+        function_digest(closing_over(threading.Lock()))
+
+
+def test_user_module_attributes_count(tmp_path, monkeypatch):
+    (tmp_path / "warm_user_mod.py").write_text("FACTOR = 2\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import warm_user_mod
+
+    def reads(x):
+        return x * warm_user_mod.FACTOR
+
+    before = function_digest(reads)
+    monkeypatch.setattr(warm_user_mod, "FACTOR", 3)  # set at run time: not in the source
+    assert function_digest(reads) != before
+    assert identity._installed("numpy") and not identity._installed("warm_user_mod")
+
+
+def test_payload_checks_length_and_checksum(tmp_path):
+    store = Store(tmp_path)
+    compiled = jax.jit(lambda x: x + 1).lower(jnp.ones(2)).compile()
+    store.save("k", compiled, None)
+    data = (tmp_path / "k.jit").read_bytes()
+    assert data.startswith(MAGIC) and _payload(data) is not None
+    assert _payload(data[:-1]) is None and _payload(data + b"x") is None
+    assert _payload(data[:-1] + bytes([data[-1] ^ 1])) is None and _payload(b"") is None
+    loaded = store.load("k")
+    assert loaded is not None and loaded(jnp.ones(2)).tolist() == [2.0, 2.0]
+    (tmp_path / "k.jit").write_bytes(data[:-5])
+    with pytest.warns(WarmStartWarning, match="damaged"):
+        assert store.load("k") is None
+    assert store.load("k") is None  # one warning per file
+    assert store.counts["damaged"] == 2 and store.load("absent") is None
+
+
+def test_bound_removes_least_recently_used(tmp_path):
+    store = Store(tmp_path, max_bytes=250)
+    for i, name in enumerate(["old", "mid", "new"]):
+        path = tmp_path / f"{name}.jit"
+        path.write_bytes(b"x" * 100)
+        os.utime(path, (1000 + i, 1000 + i))
+    (tmp_path / ".tmp-stale").write_bytes(b"x")
+    os.utime(tmp_path / ".tmp-stale", (1, 1))
+    store.bound()
+    assert sorted(os.listdir(tmp_path)) == ["mid.jit", "new.jit"]
+    assert store.counts["evicted"] == 1
+
+
+def test_a_read_only_store_writes_nothing(tmp_path):
+    store = Store(tmp_path)
+    store.writable = False  # as os.access says for a read-only directory
+    store.save("k", jax.jit(lambda x: x).lower(1.0).compile(), None)
+    assert os.listdir(tmp_path) == []
+
+
+def traced_times(capsys):
+    return capsys.readouterr().out.count("TRACED")
+
+
+def test_warm_start_in_one_process(tmp_path, capsys):
+    def f(x, n):
+        print("TRACED")  # runs when jax traces; reaches nothing the key reads
+        return x * n
+
+    jitted = fastdispatch.jit(f, static_argnums=1)
+    fastdispatch.warm_start(tmp_path)
+    try:
+        assert jitted(jnp.ones(2), 3).tolist() == [3.0, 3.0]
+        jitted.clear_cache()  # ours and jax's: the next call misses both
+        assert jitted(jnp.ones(2), 3).tolist() == [3.0, 3.0]
+        stats = fastdispatch.warm_start_stats()
+        assert (stats["written"], stats["loaded"], traced_times(capsys)) == (1, 1, 1)
+        assert jitted(jnp.ones(2), 4).tolist() == [4.0, 4.0]  # a new static value: traced
+        assert traced_times(capsys) == 1
+    finally:
+        fastdispatch.warm_start(None)
+    assert fastdispatch.warm_start_stats() is None
+
+
+def test_a_reused_trace_is_not_written(tmp_path):
+    def f(x):
+        return x * 2
+
+    jitted = fastdispatch.jit(f)
+    jitted(jnp.ones(2))  # jax keeps this trace, made before warm start
+    fastdispatch.warm_start(tmp_path)
+    try:
+        jitted._clear_cache()  # ours only: jax's trace serves the next miss
+        assert jitted(jnp.ones(2)).tolist() == [2.0, 2.0]
+        stats = fastdispatch.warm_start_stats()
+        assert stats["written"] == 0
+        (reason,) = stats["not_stored"].values()
+        assert "not stored: test_a_reused_trace_is_not_written.<locals>.f was compiled" in reason
+    finally:
+        fastdispatch.warm_start(None)
+
+
+@dataclasses.dataclass
+class Derived:
+    a: float
+
+    def __post_init__(self):
+        self.doubled = self.a * 2
+
+
+def test_digest_counts_attributes_set_after_init_and_never_confuses_tokens():
+    one, other = Derived(1.0), Derived(1.0)
+    other.doubled = 3.0
+    assert value_digest(one) != value_digest(other)
+    assert value_digest(("a\x00", "b")) != value_digest(("a", "\x00b"))
