@@ -23,6 +23,7 @@ from __future__ import annotations
 import atexit
 import builtins
 import contextlib
+import dataclasses
 import importlib.abc
 import importlib.machinery
 import importlib.util
@@ -65,17 +66,17 @@ options:
 PROG = "python -m fastdispatch"
 
 
+@dataclasses.dataclass
 class Options:
-    def __init__(self):
-        self.trace = False
-        self.trace_out = None
-        self.trace_json = None
-        self.patch = True
-        self.warm_start = None
-        self.warm_start_max_bytes = None
-        self.module = None  # run with -m
-        self.script = None
-        self.args = []
+    trace: bool = False
+    trace_out: str | None = None
+    trace_json: str | None = None
+    patch: bool = True
+    warm_start: str | None = None
+    warm_start_max_bytes: int | None = None
+    module: str | None = None  # run with -m
+    script: str | None = None
+    args: list = dataclasses.field(default_factory=list)
 
 
 # Options that take a file name, as --name FILE or --name=FILE: their field.
