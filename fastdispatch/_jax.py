@@ -138,6 +138,11 @@ CLEAN_TRACE_STATE = _core.eval_trace._weakref
 
 
 def trace_state_is_clean() -> bool:
+    """jax's own answer (no trace and no named axes in effect), for the miss
+    path and the tools.  Every call asks the cheaper half of it in C (the
+    engine's ``trace_state_clean``: is TRACE_STATE's value the clean one);
+    a miss then asks this, so that a call made under named axes alone is
+    jax's too."""
     return _core.trace_state_clean()
 
 
