@@ -10,10 +10,6 @@ import subprocess
 import sys
 import textwrap
 
-import pytest
-
-pytest.importorskip("flax")
-
 
 def run_traced(tmp_path, source):
     """Run ``source`` as prog.py under --trace and --trace-json; return
