@@ -240,10 +240,15 @@ cdef inline str _hand_off_reason(PreviousJitCall previous, Call* call):
     cdef Executable executable = previous.entry.executable
     if executable is None or not executable.inputs.new_scalars_to_jax:
         return None
-    cdef tuple leaves = previous.layout.leaves(call)
-    if executable.inputs.new_scalar_in(PySequence_Fast_ITEMS(leaves)):
-        return _NEW_SCALAR
-    return None
+    # Every hand-off asks: read the leaves in place where they are the
+    # positional arguments, gathered only where keywords or statics interleave.
+    cdef tuple gathered
+    if previous.layout.leaf_index is None:
+        found = executable.inputs.new_scalar_in(call.argv)
+    else:
+        gathered = previous.layout.leaves(call)
+        found = executable.inputs.new_scalar_in(PySequence_Fast_ITEMS(gathered))
+    return _NEW_SCALAR if found else None
 
 
 cdef inline bint _same_shape(PreviousJitCall previous, Call* call):
