@@ -19,7 +19,6 @@ from fastdispatch.state import (
     thread_local_state,
 )
 from fastdispatch.tracing import assert_max_compiles, stats, trace
-from fastdispatch.warm import warm_start, warm_start_stats
 
 # Plain jit reads equinox Modules (eqx.partition's halves, say) in C once the
 # program uses one: the equinox front end's field reader, loaded on first sight.
@@ -27,7 +26,10 @@ _pytree.add_lazy_field_reader("equinox", "fastdispatch.equinox")
 
 # FASTDISPATCH_WARM_START=DIR turns warm start on for the whole program
 # (docs/warm-start.md); FASTDISPATCH_WARM_START_MAX_BYTES bounds the store.
+# The warm package (and hashlib, inspect) is imported only then, or on first
+# use of warm_start: a program that never asks for it does not pay its import.
 if os.environ.get("FASTDISPATCH_WARM_START"):
+    from fastdispatch.warm import warm_start
     from fastdispatch.warm.store import DEFAULT_MAX_BYTES as _MAX_BYTES
 
     warm_start(
@@ -37,7 +39,11 @@ if os.environ.get("FASTDISPATCH_WARM_START"):
 
 
 def __getattr__(name):
-    # Front ends import their library only when first used.
+    # Front ends import their library, and warm start its package, only when first used.
+    if name in ("warm_start", "warm_start_stats"):
+        import fastdispatch.warm
+
+        return getattr(fastdispatch.warm, name)
     if name == "filter_jit":
         from fastdispatch.equinox import filter_jit
 

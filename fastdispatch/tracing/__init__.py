@@ -27,10 +27,11 @@ import contextlib
 import threading
 
 from fastdispatch import _engine
-from fastdispatch.tracing.recorder import Trace
-from fastdispatch.tracing.report import compile_count_message
 
-__all__ = ["Trace", "assert_max_compiles", "start", "stats", "stop", "trace"]
+# The recorder and the report (numpy, inspect, json) are imported by the first
+# trace, not by ``import fastdispatch``: a program that never traces skips them.
+
+__all__ = ["assert_max_compiles", "start", "stats", "stop", "trace"]
 
 _active = []  # traces switched on, innermost last
 _last = None  # the latest trace, for stats() after it ended
@@ -64,6 +65,8 @@ def start(max_events=100_000, watch_host=False):
     (``python -m fastdispatch --trace`` does; it hooks jax's and numpy's
     functions until the trace stops)."""
     global _last
+    from fastdispatch.tracing.recorder import Trace
+
     t = Trace(max_events)
     if watch_host:
         from fastdispatch.tracing import hooks
@@ -126,4 +129,6 @@ def assert_max_compiles(n):
         stop(t)
     offenders = [s for s in t.function_stats() if s.compiles > n]
     if offenders:
+        from fastdispatch.tracing.report import compile_count_message
+
         raise AssertionError(compile_count_message(offenders, n))
