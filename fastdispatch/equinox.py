@@ -111,6 +111,15 @@ def _module_layout(cls, to_iter):
 _pytree.add_field_reader(_module_layout)
 
 
+def static_field_names(cls) -> tuple | None:
+    """The names of a Module's flatten aux data, item by item ("" for the
+    wrapper attributes' slot, then its static fields), for --trace's recompile
+    explanations (``e.f``, not ``e[1]``); None for any other class."""
+    if not isinstance(cls, ModuleMeta) or not dataclasses.is_dataclass(cls):
+        return None
+    return ("",) + tuple(f.name for f in dataclasses.fields(cls) if f.metadata.get("static", False))
+
+
 def filter_jit(fun=_eqx_jit.sentinel, *, donate="none", **jitkwargs):
     """``equinox.filter_jit`` with less dispatch time; same arguments, same behaviour.
 

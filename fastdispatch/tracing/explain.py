@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import sys
 
 import jax
 from jax.tree_util import keystr
@@ -275,17 +276,17 @@ def _static_data_changes(old_treedef, new_treedef, path, arg_names) -> list:
     node's repr: flax's GraphDef, a tuple of static values (an equinox
     Module's static fields); empty for static data of another kind."""
     try:
-        pair = _first_static_difference(old_treedef.to_jax(), new_treedef.to_jax())
+        found = _first_static_difference(old_treedef.to_jax(), new_treedef.to_jax())
     except Exception:  # a static value whose __eq__ raised
         return []
-    if pair is None:
+    if found is None:
         return []
-    was, now = pair
+    node_type, was, now = found
     if path and getattr(path[-1], "name", None) == "_graphdef":  # flax's NodeStates
         path = path[:-1]
     base = _label(path, arg_names)
     lines = []
-    for attribute, was_text, now_text, made_at in _differences_inside(was, now):
+    for attribute, was_text, now_text, made_at in _differences_inside(node_type, was, now):
         label = base + attribute
         if was_text is None:
             lines.append(Change(f"{label}: added ({_short_repr(now_text)})"))
@@ -299,13 +300,13 @@ def _static_data_changes(old_treedef, new_treedef, path, arg_names) -> list:
 
 
 def _first_static_difference(a, b):
-    """The static data of the first pair of nodes (jax PyTreeDefs walked
-    together) whose data differ, or None."""
+    """``(node type, old data, new data)`` of the first pair of nodes (jax
+    PyTreeDefs walked together) whose static data differ, or None."""
     a_data, b_data = a.node_data(), b.node_data()
     if a_data is None or b_data is None or a_data[0] is not b_data[0]:
         return None
     if a_data[1] != b_data[1]:
-        return a_data[1], b_data[1]
+        return a_data[0], a_data[1], b_data[1]
     a_children, b_children = a.children(), b.children()
     if len(a_children) != len(b_children):
         return None
@@ -316,20 +317,34 @@ def _first_static_difference(a, b):
     return None
 
 
-def _differences_inside(was, now) -> list:
+def _differences_inside(node_type, was, now) -> list:
     """``(attribute path, old repr or None, new repr or None, where a new
-    function was defined)`` per value that differs between two static data."""
+    function was defined)`` per value that differs between two static data
+    of a ``node_type`` node."""
     if type(now).__module__.startswith("flax.") and type(now).__name__ == "GraphDef":
         from fastdispatch.nnx import graph_attributes
 
         return _attribute_changes(graph_attributes(was), graph_attributes(now))
     if isinstance(was, tuple) and isinstance(now, tuple) and len(was) == len(now):
+        names = _static_field_names(node_type)
+        if names is None or len(names) != len(now):
+            names = None
         return [
-            (f"[{i}]", repr(a), repr(b), _definition_site(b))
+            (f".{names[i]}" if names else f"[{i}]", repr(a), repr(b), _definition_site(b))
             for i, (a, b) in enumerate(zip(was, now))
             if a is not b and not _equal(a, b)
         ]
     return []
+
+
+def _static_field_names(node_type):
+    """An equinox Module's static field names by aux position, else None;
+    equinox is looked at only where the program imported it."""
+    if "equinox" not in sys.modules:
+        return None
+    from fastdispatch.equinox import static_field_names
+
+    return static_field_names(node_type)
 
 
 _ABSENT = object()

@@ -107,6 +107,38 @@ def test_static_argument_new_lambda(tmp_path):
     assert "f held a new object" in finding["message"]
 
 
+def test_filter_jit_names_the_equinox_static_field(tmp_path):
+    report, stderr, line = run_traced(
+        tmp_path,
+        """\
+        import equinox as eqx
+        import jax
+        import jax.numpy as jnp
+
+
+        class Block(eqx.Module):
+            w: jax.Array
+            f: object = eqx.field(static=True)
+
+
+        @eqx.filter_jit
+        def step(block, x):
+            return jnp.sum(block.f(block.w * x))
+
+
+        x = jnp.ones(3)
+        for epoch in range(3):
+            block = Block(jnp.ones(3), lambda v: v + 1)
+            step(block, x)  # PLANTED
+        """,
+    )
+    finding = only_finding(report, "recompile_new_object")
+    assert finding["line"] == line and finding["count"] == 2
+    # By field name, where the pytree holds it by position.
+    assert "block.f held a new object" in finding["message"] and "prog.py:18" in finding["message"]
+    assert "block.f: a new object of the same kind" in stderr and "block[1]" not in stderr
+
+
 def test_shape_churn_names_the_argument(tmp_path):
     report, _, line = run_traced(
         tmp_path,

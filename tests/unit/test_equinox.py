@@ -58,6 +58,9 @@ def test_layout_of_a_module_matches_its_generated_flatten():
     assert children == (child.a, child.b, None) and aux == (front.MISSING, "s", 7)
     assert front._module_layout(int, to_iter) is None
     assert front._module_layout(Child, lambda obj: ((), None)) is None
+    # --trace names what differs in aux data by field: its names line up with it.
+    assert front.static_field_names(Child) == ("", "sa", "sb")
+    assert front.static_field_names(int) is None
 
 
 # -- Modules flatten as jax flattens them ------------------------------------------
