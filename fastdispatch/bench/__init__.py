@@ -23,6 +23,8 @@ raw PjRt limit, and checked against the group's reference first:
     --programs     instead: the whole programs of tests/programs, stock against
                    python -m fastdispatch: wall time and time per step (programs.py);
                    --only names programs, --json and --quick apply
+    --trace-cost   instead: what --trace costs whole programs (the README's example
+                   and 10,000 small calls), with and without it (trace_cost.py)
 """
 
 from __future__ import annotations
@@ -90,7 +92,14 @@ def main(argv: list[str] | None = None, prog: str = "fastdispatch bench") -> int
         action="store_true",
         help="the whole programs of tests/programs instead, stock against python -m fastdispatch",
     )
+    parser.add_argument(
+        "--trace-cost",
+        action="store_true",
+        help="what --trace costs whole programs instead: python -m fastdispatch with and without it",
+    )
     options = parser.parse_args(argv)
+    if options.trace_cost:
+        return _run_trace_cost(options, f"python -m {prog} {shlex.join(argv)}")
     if options.distributed:
         return _run_distributed(options, f"python -m {prog} {shlex.join(argv)}")
     if options.programs:
@@ -258,6 +267,16 @@ def _run_distributed(options, command: str) -> int:
     return distributed.main(options.quick, options.processes, options.devices, options.json, header)
 
 
+def _program_header(mode: str, command: str) -> str:
+    """The header of a group of whole programs: versions, commit, libraries, command."""
+    return (
+        _versions_line(mode)
+        + f"\nfastdispatch git {_git_commit() or '?'}"
+        + "".join(f", {name} {version}" for name, version in _library_versions().items())
+        + f"\ncommand: {command}"
+    )
+
+
 def _run_programs(options, command: str) -> int:
     """programs.py: each program in its own processes; this process starts no backend."""
     from . import programs
@@ -265,13 +284,17 @@ def _run_programs(options, command: str) -> int:
     if options.plot or options.distributed:
         print("--plot and --distributed do not apply to --programs", file=sys.stderr)
         return 2
-    header = (
-        _versions_line("--programs")
-        + f"\nfastdispatch git {_git_commit() or '?'}"
-        + "".join(f", {name} {version}" for name, version in _library_versions().items())
-        + f"\ncommand: {command}"
-    )
-    return programs.main(options.quick, options.only, options.json, header)
+    return programs.main(options.quick, options.only, options.json, _program_header("--programs", command))
+
+
+def _run_trace_cost(options, command: str) -> int:
+    """trace_cost.py: each program in its own processes; this process starts no backend."""
+    from . import trace_cost
+
+    if options.plot or options.distributed or options.programs or options.only:
+        print("--plot, --distributed, --programs and --only do not apply to --trace-cost", file=sys.stderr)
+        return 2
+    return trace_cost.main(options.quick, options.json, _program_header("--trace-cost", command))
 
 
 def _run_pytree_group(quick: bool) -> list[dict]:

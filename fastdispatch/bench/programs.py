@@ -55,19 +55,18 @@ def command(impl: str, path: str, steps: int) -> list[str]:
     return [sys.executable, *fd, path, "--steps", str(steps)]
 
 
-def run_once(impl: str, path: str, steps: int, cwd: str) -> tuple[float, str, str | None]:
-    """(wall seconds, stdout, error or None) of one whole-process run."""
+def run_once(argv: list[str], cwd: str, label: str) -> tuple[float, str, str | None]:
+    """(wall seconds, stdout, error or None) of one whole-process run of
+    ``argv``; ``label`` names the run in the error."""
     start = time.perf_counter()
     try:
-        proc = subprocess.run(
-            command(impl, path, steps), cwd=cwd, capture_output=True, text=True, timeout=TIMEOUT_S
-        )
+        proc = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=TIMEOUT_S)
     except subprocess.TimeoutExpired:
-        return time.perf_counter() - start, "", f"{impl} timed out after {TIMEOUT_S} s at --steps {steps}"
+        return time.perf_counter() - start, "", f"{label} timed out after {TIMEOUT_S} s"
     wall = time.perf_counter() - start
     if proc.returncode != 0:
         last = (proc.stderr.strip().splitlines() or ["(no stderr)"])[-1]
-        return wall, proc.stdout, f"{impl} exited {proc.returncode} at --steps {steps}: {last}"
+        return wall, proc.stdout, f"{label} exited {proc.returncode}: {last}"
     return wall, proc.stdout, None
 
 
@@ -83,7 +82,7 @@ def bench_program(name: str, directory: str, repeats: int, n1: int, n2: int) -> 
         order = IMPLS if r % 2 == 0 else IMPLS[::-1]
         for steps in (n1, n2):
             for impl in order:
-                wall, out, error = run_once(impl, path, steps, cwd)
+                wall, out, error = run_once(command(impl, path, steps), cwd, f"{impl} at --steps {steps}")
                 if error:
                     return {"program": name, "error": error, "samples_s": samples}
                 samples[impl][steps].append(wall)

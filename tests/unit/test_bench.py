@@ -204,3 +204,22 @@ def test_host_routes_all_run(capsys):
         assert set(timings) == set(group) and all(us > 0 for us in timings.values())
     assert host.main(["--repeats", "1"]) == 0
     assert "batched_device_put" in capsys.readouterr().out
+
+
+def test_trace_cost_runs_each_program_with_and_without_trace():
+    from fastdispatch.bench import trace_cost
+
+    names = [name for name, _ in trace_cost.programs()]
+    assert names == ["README example (train_mlp.py)", "10,000 small calls"]
+    script = [trace_cost.programs()[1][1][0], "100"]
+    row = trace_cost.bench_program("100 small calls", script, repeats=1, cwd=".")
+    assert row["error"] is None and row["same_output"]
+    assert [len(row["samples_s"][mode]) for mode in trace_cost.MODES] == [1, 1]
+    assert row["ratio"] == row["traced_wall_s"] / row["untraced_wall_s"] and row["best_ratio"] > 0
+    text = trace_cost.format_table([row, {"program": "broken", "error": "exited 1"}], repeats=1)
+    assert "100 small calls" in text and "broken" in text and "exited 1" in text
+
+
+def test_trace_cost_takes_no_workload_selection(capsys):
+    assert bench.main(["--trace-cost", "--only", "identity"]) == 2
+    assert "do not apply to --trace-cost" in capsys.readouterr().err
