@@ -34,7 +34,8 @@ from fastdispatch._clock cimport now_ns
 from fastdispatch._execute cimport Delegate, Executable
 from fastdispatch._outputs cimport Outputs
 from fastdispatch._pytree cimport TreeDef
-from fastdispatch._signature cimport CallSignature, LeafKind, LEAF_HOST, LEAF_TRACER, make_signature
+from fastdispatch._signature cimport (
+    CallSignature, LeafKind, LEAF_HOST, LEAF_OTHER, LEAF_TRACER, UNHASHABLE_STATIC, make_signature)
 from fastdispatch import _jax
 from fastdispatch import _reasons
 from fastdispatch._reasons import NotFast
@@ -43,6 +44,12 @@ cdef object _trace_context = _jax.trace_context
 cdef object _trace_state = _jax.TRACE_STATE
 cdef object _clean_trace_state = _jax.CLEAN_TRACE_STATE
 cdef object _slow_path_reason = _jax.slow_path_reason
+# make_signature's refusals, by what it refused.
+cdef dict _REFUSALS = {
+    LEAF_TRACER: _reasons.TRACER,
+    LEAF_OTHER: _reasons.UNSUPPORTED_LEAF,
+    UNHASHABLE_STATIC: _reasons.STATIC_ARGUMENT_ERROR,
+}
 
 # The trace sink (fastdispatch.tracing) while tracing is on, else None: the
 # one flag a call checks for --trace.
@@ -192,17 +199,13 @@ cdef class Engine:
                 and previous.signature.matches_call(treedef, leaves, static_args, context)):
             return self.run(call, previous.entry, previous.entry.finish, leaves, times)
 
-        cdef CallSignature signature
         cdef LeafKind refused = LEAF_HOST
-        try:
-            signature = make_signature(treedef, leaves, static_args, context, arg_names,
-                                       &refused, front)
-        except Exception:
-            # An unhashable static argument: the library raises jax's error.
-            return self.fallback(call, _reasons.STATIC_ARGUMENT_ERROR, times, None)
+        cdef CallSignature signature = make_signature(
+            treedef, leaves, static_args, context, arg_names, &refused, front)
         if signature is None:
-            return self.fallback(
-                call, _reasons.TRACER if refused == LEAF_TRACER else _reasons.UNSUPPORTED_LEAF, times, None)
+            # An unhashable static argument, a tracer, a leaf jax refuses: the
+            # library runs the call (and raises its error).
+            return self.fallback(call, _REFUSALS[refused], times, None)
         reached(times, AT_KEYED, "lookup")
         cdef CacheEntry entry
         try:

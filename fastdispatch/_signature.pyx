@@ -36,6 +36,7 @@ cdef extern from "Python.h":
         descrgetfunc tp_descr_get
     void Py_DECREF(PyObject*)
     void PyErr_Clear()
+    Py_hash_t hash_or_minus_one "PyObject_Hash"(object) noexcept
 
 cnp.import_array()
 
@@ -418,8 +419,14 @@ cdef CallSignature make_signature(TreeDef treedef, list leaves, tuple static_arg
             return None
         _fill_key(&sig.keys[i], leaf, kind)
         h = _key_hash(h, &sig.keys[i])
-    # hash() raises TypeError for an unhashable static argument.
-    h = hash_mix(h, <Py_uhash_t>hash(static_args))
+    # Not hash(): a TypeError raised here and caught by the engine on every
+    # such call (each raises: jax.jit's error) would add its cost to jax's.
+    cdef Py_hash_t static_hash = hash_or_minus_one(static_args)
+    if static_hash == -1:
+        PyErr_Clear()
+        refused[0] = UNHASHABLE_STATIC
+        return None
+    h = hash_mix(h, <Py_uhash_t>static_hash)
     sig.treedef = treedef
     sig.static_args = static_args
     sig.context = context
