@@ -15,13 +15,14 @@ always and never stored; ``warm_start_stats()`` says why (docs/warm-start.md).
 from __future__ import annotations
 
 import threading
+import time
 
 import jax
 
 from fastdispatch import _engine, _jax
 from fastdispatch.warm.identity import NotStored
 from fastdispatch.warm.keys import call_key
-from fastdispatch.warm.store import DEFAULT_MAX_BYTES, Store, WarmStartWarning
+from fastdispatch.warm.store import DEFAULT_MAX_BYTES, Store, WarmStartWarning, function_name
 
 # The thread's count of functions jax traced at top level (jax.monitoring's
 # trace event): a compile is written only when jax traced it in this process,
@@ -39,9 +40,17 @@ class WarmStart:
 
     def __init__(self, store: Store):
         self.store = store
+        # Per function name: its loads, misses, writes, and the seconds its
+        # loads took (warm_start_stats()["functions"], the --trace summary).
+        self.functions = {}
+
+    def tally(self, fun) -> dict:
+        with self.store._lock:
+            return self.functions.setdefault(function_name(fun), {"load_seconds": 0.0})
 
     def key(self, fun, options, signature):
         """The store key of this call, or None (the reason recorded)."""
+        _traces.fun = fun  # for the load that follows, on this thread
         try:
             return call_key(fun, options, signature)
         except NotStored as refusal:
@@ -53,8 +62,14 @@ class WarmStart:
     def load(self, key):
         """The Compiled stored under ``key``, or None; on None, the compile
         that follows may write it (``save``)."""
-        compiled = self.store.load(key)
-        if compiled is None:
+        fun, _traces.fun = getattr(_traces, "fun", None), None
+        tally = self.tally(fun)
+        began = time.perf_counter()
+        compiled = self.store.load(key, tally)
+        if compiled is not None:
+            with self.store._lock:
+                tally["load_seconds"] += time.perf_counter() - began
+        else:
             _traces.pending = (key, getattr(_traces, "count", 0))
         return compiled
 
@@ -66,7 +81,7 @@ class WarmStart:
             # (before a global it reads may have changed): not written.
             self.store.refuse(fun, "was compiled from a trace jax made earlier in this process")
             return
-        self.store.save(key, compiled, fun)
+        self.store.save(key, compiled, fun, self.tally(fun))
 
 
 _current = None
@@ -95,7 +110,9 @@ def warm_start(directory, *, max_bytes: int = DEFAULT_MAX_BYTES):
 def warm_start_stats() -> dict | None:
     """None when warm start is off; else the store's directory, its counts
     (loaded, missed, written, damaged, not_written, evicted), whether it is
-    writable, and ``not_stored``: per function, why its calls are not stored."""
+    writable, ``not_stored``: per function, why its calls are not stored, and
+    ``functions``: per function, the same counts of its own and the seconds
+    its loads took (``load_seconds``)."""
     if _current is None:
         return None
     store = _current.store
@@ -106,6 +123,7 @@ def warm_start_stats() -> dict | None:
             "max_bytes": store.max_bytes,
             **store.counts,
             "not_stored": dict(store.not_stored),
+            "functions": {name: dict(tally) for name, tally in _current.functions.items()},
         }
 
 
@@ -118,8 +136,26 @@ def summary() -> str:
         f"{stats[name]} {name}" for name in ("loaded", "missed", "written", "damaged", "evicted")
     )
     lines = [f"warm start ({stats['directory']}{'' if stats['writable'] else ', read-only'}): {counts}"]
+    for name, tally in sorted(stats["functions"].items()):
+        lines.append(f"  {name}: {_function_line(tally)}")
     lines += [f"  {reason}" for reason in stats["not_stored"].values()]
     return "\n".join(lines) + "\n"
+
+
+def _function_line(tally: dict) -> str:
+    """``2 loaded in 0.41 s; 1 missed (not in the store: compiled), 1 written``."""
+    parts = []
+    if tally.get("loaded"):
+        parts.append(f"{tally['loaded']} loaded in {tally['load_seconds']:.2f} s")
+    if tally.get("missed"):
+        parts.append(f"{tally['missed']} missed (not in the store: compiled)")
+    if tally.get("damaged"):
+        parts.append(f"{tally['damaged']} damaged in the store (compiled instead)")
+    if tally.get("written"):
+        parts.append(f"{tally['written']} written")
+    if tally.get("not_written"):
+        parts.append(f"{tally['not_written']} not written")
+    return ", ".join(parts) or "no store lookups"
 
 
 __all__ = ["WarmStartWarning", "warm_start", "warm_start_stats"]

@@ -67,50 +67,53 @@ class Store:
     def path(self, key: str) -> str:
         return os.path.join(self.directory, key + SUFFIX)
 
-    def _count(self, name, n=1):
+    def _count(self, name, n=1, tally=None):
         with self._lock:
             self.counts[name] += n
+            if tally is not None:
+                tally[name] = tally.get(name, 0) + n
 
     def refuse(self, fun, reason: str):
         """Record why ``fun``'s calls are not stored (for warm_start_stats):
         "not stored: <name> <reason>"."""
-        name = getattr(fun, "__qualname__", None) or repr(fun)
+        name = function_name(fun)
         with self._lock:
             self.not_stored[name] = f"not stored: {name} {reason}"
 
     # -- reading ---------------------------------------------------------------
 
-    def load(self, key: str):
-        """The jax.stages.Compiled stored under ``key``, or None."""
+    def load(self, key: str, tally: dict | None = None):
+        """The jax.stages.Compiled stored under ``key``, or None; the outcome
+        ("loaded", "missed" or "damaged") is also counted in ``tally``."""
         path = self.path(key)
         try:
             with open(path, "rb") as f:
                 data = f.read()
         except FileNotFoundError:
-            self._count("missed")
+            self._count("missed", tally=tally)
             return None
         except OSError as error:
-            self._damaged(path, f"cannot be read ({error.strerror})")
+            self._damaged(path, f"cannot be read ({error.strerror})", tally)
             return None
         payload = _payload(data)
         if payload is None:
-            self._damaged(path, "is damaged (truncated, or its checksum does not match)")
+            self._damaged(path, "is damaged (truncated, or its checksum does not match)", tally)
             return None
         try:
             serialized, in_tree, out_tree = pickle.loads(payload)
             compiled = serialize_executable.deserialize_and_load(serialized, in_tree, out_tree)
         except Exception as error:
-            self._damaged(path, f"does not load ({type(error).__name__}: {error})")
+            self._damaged(path, f"does not load ({type(error).__name__}: {error})", tally)
             return None
         try:
             os.utime(path)  # used now: the least recently used files go first
         except OSError:
             pass  # a read-only store
-        self._count("loaded")
+        self._count("loaded", tally=tally)
         return compiled
 
-    def _damaged(self, path, what):
-        self._count("damaged")
+    def _damaged(self, path, what, tally=None):
+        self._count("damaged", tally=tally)
         with self._lock:
             first = path not in self._warned
             self._warned.add(path)
@@ -123,10 +126,10 @@ class Store:
 
     # -- writing ---------------------------------------------------------------
 
-    def save(self, key: str, compiled, fun) -> None:
+    def save(self, key: str, compiled, fun, tally: dict | None = None) -> None:
         """Write ``compiled`` (of ``fun``) under ``key``: atomically, then
-        bound the store.  Never raises: a store that cannot take it is left
-        as it is."""
+        bound the store; "written" (or "not_written") is also counted in
+        ``tally``.  Never raises: a store that cannot take it is left as it is."""
         if not self.writable:
             return
         try:
@@ -135,7 +138,7 @@ class Store:
         except Exception as error:
             # Host callbacks (jax.debug.print, io_callback) hold Python
             # functions that do not pickle.
-            self._count("not_written")
+            self._count("not_written", tally=tally)
             self.refuse(fun, f"has an executable that does not serialize ({type(error).__name__}: {error})")
             return
         data = MAGIC + _HEADER.pack(len(payload), hashlib.sha256(payload).digest()) + payload
@@ -150,9 +153,9 @@ class Store:
                     os.remove(temp)
                 raise
         except OSError:
-            self._count("not_written")  # full or read-only after all: stay correct
+            self._count("not_written", tally=tally)  # full or read-only after all: stay correct
             return
-        self._count("written")
+        self._count("written", tally=tally)
         self.bound()
 
     def bound(self) -> None:
@@ -182,6 +185,11 @@ class Store:
                 os.remove(path)
                 self._count("evicted")
             total -= size
+
+
+def function_name(fun) -> str:
+    """How warm_start_stats and the --trace summary name a function."""
+    return getattr(fun, "__qualname__", None) or repr(fun)
 
 
 def _payload(data: bytes):

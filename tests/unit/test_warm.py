@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import fastdispatch
+from fastdispatch import warm
 from fastdispatch.warm import identity
 from fastdispatch.warm.identity import NotStored, function_digest, value_digest
 from fastdispatch.warm.store import MAGIC, Store, WarmStartWarning, _payload
@@ -158,6 +159,11 @@ def test_warm_start_in_one_process(tmp_path, capsys):
         assert jitted(jnp.ones(2), 3).tolist() == [3.0, 3.0]
         stats = fastdispatch.warm_start_stats()
         assert (stats["written"], stats["loaded"], traced_times(capsys)) == (1, 1, 1)
+        (name, tally), *others = stats["functions"].items()
+        assert name.endswith("<locals>.f") and not others
+        assert (tally["missed"], tally["written"], tally["loaded"]) == (1, 1, 1)
+        assert tally["load_seconds"] > 0
+        assert "f: 1 loaded in " in warm.summary() and "1 missed (not in the store" in warm.summary()
         assert jitted(jnp.ones(2), 4).tolist() == [4.0, 4.0]  # a new static value: traced
         assert traced_times(capsys) == 1
     finally:
