@@ -15,6 +15,7 @@ is compiled as it always is, never loaded.
 
 from __future__ import annotations
 
+import collections.abc
 import dataclasses
 import enum
 import functools
@@ -26,6 +27,7 @@ import sysconfig
 import types
 
 import numpy as np
+from jax.tree_util import PyTreeDef
 
 from fastdispatch import _jax
 
@@ -156,6 +158,18 @@ class _Digest:
         elif kind is dict:
             if self.once(value):
                 self.token("dict", len(value))
+                for key, item in value.items():
+                    self.value(key, how)
+                    self.value(item, how)
+        elif kind is PyTreeDef:  # a static value holding a tree's structure (nnx's GraphDef does)
+            self.token("treedef")
+            self.value(tree_structure(value), how)
+        elif isinstance(value, collections.abc.Mapping) and _installed(kind.__module__):
+            # A library's read-only mapping (flax's HashableMapping, inside
+            # every nnx GraphDef): its type, then its items as a dict's.
+            self.type_(kind, how)
+            if self.once(value):
+                self.token("mapping", len(value))
                 for key, item in value.items():
                     self.value(key, how)
                     self.value(item, how)
@@ -343,6 +357,14 @@ class _Digest:
                 value = vars(module)[name]
                 if type(value) is not types.ModuleType:
                     self.value(value, "reads " + module.__name__ + "." + name + ",")
+
+
+def tree_structure(treedef) -> tuple:
+    """jax's tree structure as nested tuples of node types and their data."""
+    if treedef.num_nodes == 1 and treedef.num_leaves == 1:
+        return ("*",)
+    kind, data = treedef.node_data()
+    return (kind, data, tuple(tree_structure(child) for child in treedef.children()))
 
 
 def _names(code) -> set:

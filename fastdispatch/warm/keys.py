@@ -28,7 +28,7 @@ import jax
 import jaxlib
 
 from fastdispatch import _jax
-from fastdispatch.warm.identity import NotStored, function_digest, value_digest
+from fastdispatch.warm.identity import NotStored, function_digest, tree_structure, value_digest
 
 # Bump when what a key covers, or how, changes: old files are then never read.
 KEY_FORMAT = 1
@@ -141,14 +141,6 @@ def _context_value(value):
     raise NotStored(f"runs under a jax setting holding an object of type {type(value).__qualname__}")
 
 
-def _tree(treedef) -> tuple:
-    """jax's tree structure as nested tuples of node types and their data."""
-    if treedef.num_nodes == 1 and treedef.num_leaves == 1:
-        return ("*",)
-    kind, data = treedef.node_data()
-    return (kind, data, tuple(_tree(child) for child in treedef.children()))
-
-
 def _leaf(view) -> tuple:
     kind = view.kind
     if view.aval is not None:
@@ -179,7 +171,7 @@ def call_key(fun, options: dict, signature) -> str:
         environment(),
         function_digest(fun),
         options_digest(options),
-        value_digest(_tree(signature.treedef.to_jax()), "takes a tree holding"),
+        value_digest(tree_structure(signature.treedef.to_jax()), "takes a tree holding"),
         tuple(_leaf(view) for view in signature.leaf_keys()),
         value_digest(
             tuple((static[i], static[i + 2]) for i in range(0, len(static), 3)), "takes as static argument"

@@ -202,3 +202,25 @@ def test_digest_counts_attributes_set_after_init_and_never_confuses_tokens():
     other.doubled = 3.0
     assert value_digest(one) != value_digest(other)
     assert value_digest(("a\x00", "b")) != value_digest(("a", "\x00b"))
+
+
+def test_digest_describes_library_mappings_and_tree_structures():
+    # Both sit inside every flax nnx GraphDef, the static half of split/merge.
+    from flax.typing import HashableMapping
+
+    assert value_digest(HashableMapping({"a": 1})) == value_digest(HashableMapping({"a": 1}))
+    assert value_digest(HashableMapping({"a": 1})) != value_digest(HashableMapping({"a": 2}))
+    assert value_digest(HashableMapping({"a": 1})) != value_digest({"a": 1})
+    one = jax.tree_util.tree_structure({"w": 0, "b": (0, 0)})
+    assert value_digest(one) == value_digest(jax.tree_util.tree_structure({"w": 1, "b": (1, 1)}))
+    assert value_digest(one) != value_digest(jax.tree_util.tree_structure({"w": 0, "b": [0, 0]}))
+
+
+def test_an_nnx_graphdef_is_described():
+    from flax import nnx
+
+    graphdef, _ = nnx.split(nnx.Linear(2, 3, rngs=nnx.Rngs(0)))
+    same, _ = nnx.split(nnx.Linear(2, 3, rngs=nnx.Rngs(1)))
+    wider, _ = nnx.split(nnx.Linear(2, 4, rngs=nnx.Rngs(0)))
+    assert value_digest(graphdef) == value_digest(same)
+    assert value_digest(graphdef) != value_digest(wider)
