@@ -13,6 +13,8 @@ processes, the modes alternating, a few repeats:
                    that writes the store: the steady-state reference)
     fd warm        python -m fastdispatch --warm-start STORE, filled earlier (b)
 
+The fastdispatch modes run without jax's cache, so that b shows the store alone.
+
 Per program: the first call's seconds (just before it to its result ready),
 median over the repeats; b/a (the target: at most 0.25); the mean us per
 call of the steady-state calls that follow, warm against filling (a loaded
