@@ -25,6 +25,10 @@ raw PjRt limit, and checked against the group's reference first:
                    --only names programs, --json and --quick apply
     --trace-cost   instead: what --trace costs whole programs (the README's example
                    and 10,000 small calls), with and without it (trace_cost.py)
+    --cold-start   instead: the first call of three train steps in fresh processes,
+                   jax's persistent cache against --warm-start, and the README's
+                   example with its store empty and filled (cold_start.py);
+                   --only names programs, --json and --quick apply
 """
 
 from __future__ import annotations
@@ -97,7 +101,14 @@ def main(argv: list[str] | None = None, prog: str = "fastdispatch bench") -> int
         action="store_true",
         help="what --trace costs whole programs instead: python -m fastdispatch with and without it",
     )
+    parser.add_argument(
+        "--cold-start",
+        action="store_true",
+        help="the first call in a fresh process instead: jax's persistent cache against --warm-start",
+    )
     options = parser.parse_args(argv)
+    if options.cold_start:
+        return _run_cold_start(options, f"python -m {prog} {shlex.join(argv)}")
     if options.trace_cost:
         return _run_trace_cost(options, f"python -m {prog} {shlex.join(argv)}")
     if options.distributed:
@@ -295,6 +306,20 @@ def _run_trace_cost(options, command: str) -> int:
         print("--plot, --distributed, --programs and --only do not apply to --trace-cost", file=sys.stderr)
         return 2
     return trace_cost.main(options.quick, options.json, _program_header("--trace-cost", command))
+
+
+def _run_cold_start(options, command: str) -> int:
+    """cold_start.py: each program in its own processes; this process starts no backend."""
+    from . import cold_start
+
+    if options.plot or options.distributed or options.programs or options.trace_cost:
+        print(
+            "--plot, --distributed, --programs and --trace-cost do not apply to --cold-start", file=sys.stderr
+        )
+        return 2
+    return cold_start.main(
+        options.quick, options.json, _program_header("--cold-start", command), options.only
+    )
 
 
 def _run_pytree_group(quick: bool) -> list[dict]:

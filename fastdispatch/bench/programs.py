@@ -55,12 +55,13 @@ def command(impl: str, path: str, steps: int) -> list[str]:
     return [sys.executable, *fd, path, "--steps", str(steps)]
 
 
-def run_once(argv: list[str], cwd: str, label: str) -> tuple[float, str, str | None]:
+def run_once(argv: list[str], cwd: str, label: str, env: dict | None = None) -> tuple[float, str, str | None]:
     """(wall seconds, stdout, error or None) of one whole-process run of
-    ``argv``; ``label`` names the run in the error."""
+    ``argv`` (in ``env``, else this process's environment); ``label`` names
+    the run in the error."""
     start = time.perf_counter()
     try:
-        proc = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=TIMEOUT_S)
+        proc = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=TIMEOUT_S)
     except subprocess.TimeoutExpired:
         return time.perf_counter() - start, "", f"{label} timed out after {TIMEOUT_S} s"
     wall = time.perf_counter() - start

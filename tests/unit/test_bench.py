@@ -223,3 +223,69 @@ def test_trace_cost_runs_each_program_with_and_without_trace():
 def test_trace_cost_takes_no_workload_selection(capsys):
     assert bench.main(["--trace-cost", "--only", "identity"]) == 2
     assert "do not apply to --trace-cost" in capsys.readouterr().err
+
+
+def _cold_sample(first_s, steady_us, loaded=0, written=0, reasons=()):
+    counts = {"loaded": loaded, "missed": 0, "written": written, "not_stored": list(reasons)}
+    return {"first_s": first_s, "steady_us": steady_us, "loss": 1.5, "warm_start": counts}
+
+
+def test_cold_start_rows_say_the_ratios_and_whether_the_store_was_used():
+    from fastdispatch.bench import cold_start
+
+    stored = {
+        "no cache": [_cold_sample(3.0, 110), _cold_sample(5.0, 130)],
+        "jax cache": [_cold_sample(1.0, 100), _cold_sample(1.4, 120)],
+        "fd filling": [_cold_sample(3.2, 100, written=1), _cold_sample(3.6, 100, written=1)],
+        "fd warm": [_cold_sample(0.2, 90, loaded=1), _cold_sample(0.4, 100, loaded=1)],
+    }
+    row = cold_start.summarize("nnx-split", stored)
+    medians = {"no cache": 4.0, "jax cache": 1.2, "fd filling": 3.4, "fd warm": 0.3}
+    assert row["first_s"] == pytest.approx(medians)
+    assert row["warm_over_jax_cache"] == pytest.approx(0.25)
+    assert row["steady_warm_over_filling"] == pytest.approx(0.95)
+    assert row["store_used"] and row["same_loss"] and row["not_stored"] == []
+    unstored = {mode: [_cold_sample(1.0, 50)] for mode in cold_start.MODES}
+    refused = dict(unstored, **{"fd warm": [_cold_sample(1.0, 50, reasons=["not stored: step takes X"])]})
+    readme = {
+        "program": "README example (train_mlp.py)",
+        "error": None,
+        "cold_wall_s": 8.0,
+        "warm_wall_s": 6.0,
+        "ratio": 0.75,
+        "warm_start": "3 loaded, 0 missed, 0 written, 0 damaged, 0 evicted",
+        "same_output": True,
+    }
+    rows = [
+        row,
+        cold_start.summarize("eqx", unstored),
+        cold_start.summarize("nnx-jit", refused),
+        {"program": "nnx-jit", "error": "nnx-jit, fd warm exited 1: boom"},
+    ]
+    lines = cold_start.format_table(rows, readme, repeats=2, calls=20).splitlines()
+    assert lines[2].split("  ")[0].strip() == "NNX transformer, jax.jit over split/merge"
+    assert lines[2].split()[-11:-3] == ["4.00", "1.20", "3.40", "0.30", "0.25", "100", "95", "0.95"]
+    assert lines[2].endswith("yes (1 loaded)")
+    assert lines[3].split()[-1] == "no" and lines[4].split()[-1] == "no"
+    text = "\n".join(lines)
+    assert "equinox MLP, filter_jit: nothing loaded or written, no reason" in text
+    assert "NNX transformer, nnx.jit: not stored: step takes X" in text
+    assert "boom" in text
+    assert "empty store 8.00 s, filled 6.00 s, filled/empty 0.75" in text and "3 loaded" in text
+
+
+def test_cold_start_program_reports_its_first_call_and_the_store(tmp_path):
+    from fastdispatch.bench import cold_start
+
+    launcher = cold_start.warm_start_argv(str(tmp_path / "store"))
+    sample, error = cold_start.run_model(launcher, cold_start.clean_environment(), "eqx", 2, 1, "eqx")
+    assert error is None
+    assert sample["first_s"] > 0 and sample["steady_us"] > 0 and sample["loss"] > 0
+    assert set(sample["warm_start"]) == {"loaded", "missed", "written", "not_stored"}
+
+
+def test_cold_start_takes_no_other_mode_and_only_its_programs(capsys):
+    assert bench.main(["--cold-start", "--programs"]) == 2
+    assert "do not apply to --cold-start" in capsys.readouterr().err
+    assert bench.main(["--cold-start", "--only", "identity"]) == 2
+    assert "unknown program identity; known: nnx-split, nnx-jit, eqx, readme" in capsys.readouterr().err
