@@ -86,6 +86,31 @@ def _file_digest(path: str, mtime_ns: int, size: int) -> str:
         return hashlib.sha256(f.read()).hexdigest()
 
 
+# Sentinel objects a library puts in its trees (equinox's MISSING in a Module's
+# aux data), known by a stable name: id -> (name, the object, kept alive).
+_constants: dict = {}
+
+
+def register_constant(name: str, value) -> None:
+    """Describe ``value`` by ``name`` in every digest: a library's sentinel,
+    the same object in every process that imports the library."""
+    _constants[id(value)] = (name, value)
+
+
+def constant_name(value):
+    """The name ``value`` was registered under, or None."""
+    found = _constants.get(id(value))
+    return None if found is None or found[1] is not value else found[0]
+
+
+def constant(name: str):
+    """The object registered under ``name``, or None."""
+    for registered, value in _constants.values():
+        if registered == name:
+            return value
+    return None
+
+
 def _resolve(module_name: str, qualname: str):
     value = sys.modules.get(module_name)
     for part in qualname.split("."):
@@ -196,6 +221,8 @@ class _Digest:
                     self.value(getattr(value, name), how)
         elif self.jitted(value, how):
             pass
+        elif (name := constant_name(value)) is not None:
+            self.token("constant", name)
         elif self.named(value):
             pass
         else:

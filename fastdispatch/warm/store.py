@@ -2,7 +2,8 @@
 
 A file is named by its key (warm/keys.py) and holds a header (magic, the
 payload's length and sha256) and the payload: jax's serialized executable
-with its input and output trees (``jax.experimental.serialize_executable``).
+with its input and output trees (``jax.experimental.serialize_executable``),
+and for filter_jit its output recipe (plain data: warm/outputs.py).
 What disks and people do to it:
 
 - writes are atomic (a temporary file in the directory, then ``os.replace``),
@@ -30,6 +31,7 @@ import threading
 import time
 import warnings
 
+import jax
 from jax.experimental import serialize_executable
 
 MAGIC = b"fastdispatch-warm-1\n"
@@ -81,7 +83,9 @@ class Store:
     # -- reading ---------------------------------------------------------------
 
     def load(self, key: str):
-        """The jax.stages.Compiled stored under ``key``, or None."""
+        """What was saved under ``key``: the jax.stages.Compiled, or
+        (Compiled, recipe) where ``save`` had a recipe; or None.  A key names
+        one front end's call, so each front end reads back what it wrote."""
         path = self.path(key)
         try:
             with open(path, "rb") as f:
@@ -97,7 +101,7 @@ class Store:
             self._damaged(path, "is damaged (truncated, or its checksum does not match)")
             return None
         try:
-            serialized, in_tree, out_tree = pickle.loads(payload)
+            serialized, in_tree, out_tree, *recipe = pickle.loads(payload)
             compiled = serialize_executable.deserialize_and_load(serialized, in_tree, out_tree)
         except Exception as error:
             self._damaged(path, f"does not load ({type(error).__name__}: {error})")
@@ -107,7 +111,7 @@ class Store:
         except OSError:
             pass  # a read-only store
         self._count("loaded")
-        return compiled
+        return (compiled, recipe[0]) if recipe else compiled
 
     def _damaged(self, path, what):
         self._count("damaged")
@@ -123,15 +127,21 @@ class Store:
 
     # -- writing ---------------------------------------------------------------
 
-    def save(self, key: str, compiled, fun) -> None:
-        """Write ``compiled`` (of ``fun``) under ``key``: atomically, then
-        bound the store.  Never raises: a store that cannot take it is left
-        as it is."""
+    def save(self, key: str, compiled, fun, recipe=None) -> None:
+        """Write ``compiled`` (of ``fun``), and ``recipe`` when given, under
+        ``key``: atomically, then bound the store.  Never raises: a store that
+        cannot take it is left as it is."""
         if not self.writable:
             return
         try:
             serialized, in_tree, out_tree = serialize_executable.serialize(compiled)
-            payload = pickle.dumps((serialized, in_tree, out_tree), protocol=pickle.HIGHEST_PROTOCOL)
+            if recipe is not None:
+                # The recipe rebuilds the result: jax's output tree (equinox's
+                # holds whatever the trace returned, which need not pickle) is
+                # kept as a flat list of as many leaves.
+                out_tree = jax.tree_util.tree_structure([0] * out_tree.num_leaves)
+            stored = (serialized, in_tree, out_tree) + (() if recipe is None else (recipe,))
+            payload = pickle.dumps(stored, protocol=pickle.HIGHEST_PROTOCOL)
         except Exception as error:
             # Host callbacks (jax.debug.print, io_callback) hold Python
             # functions that do not pickle.
