@@ -420,8 +420,16 @@ cdef class FilterDispatcher(Engine):
             warnings.simplefilter("ignore")
             compiled = self.equinox_lower(
                 <object>call.function, *<tuple>call.args, **<dict>call.kwargs).lowered.compile()
-        cdef Executable executable = self._executable(compiled, entry, leaves)
-        cdef OutputRecipe recipe = _make_recipe(out, len(executable.out_handlers))
+        cdef Executable executable
+        cdef OutputRecipe recipe
+        try:
+            executable = self._executable(compiled, entry, leaves)
+            recipe = _make_recipe(out, len(executable.out_handlers))
+        except NotFast as refusal:
+            if entry.warm_key is not None and warm_store() is not None:
+                # Only equinox's own call runs it: nothing to load it for.
+                warm_store().refuse(self.jitted, f"is run by equinox's own call ({refusal.reason})")
+            raise
         if entry.warm_key is not None:
             store = warm_store()
             if store is not None:

@@ -81,6 +81,11 @@ class WarmStart:
             return
         self.store.save(key, compiled, fun, recipe)
 
+    def refuse(self, fun, reason: str):
+        """``fun``'s compile is not written, for ``reason`` (a front end's)."""
+        _traces.pending = None
+        self.store.refuse(fun, reason)
+
     def save_filter(self, key, compiled, fun, signature, out_treedef, sources, statics):
         """Write a filter_jit compile with its output recipe (the output tree
         ``out_treedef``, each leaf's executable output in ``sources`` or its
@@ -89,13 +94,11 @@ class WarmStart:
         try:
             recipe = outputs.describe(out_treedef, sources, statics, filter_call_objects(signature))
         except NotStored as refusal:
-            self.store.refuse(fun, str(refusal))
+            self.refuse(fun, str(refusal))
         except Exception as error:  # never let the store break a call
-            self.store.refuse(fun, f"has outputs that failed to describe ({type(error).__name__}: {error})")
+            self.refuse(fun, f"has outputs that failed to describe ({type(error).__name__}: {error})")
         else:
             self.save(key, compiled, fun, recipe)
-            return
-        _traces.pending = None
 
 
 _current = None

@@ -32,8 +32,9 @@ from fastdispatch import _jax
 from fastdispatch.warm import identity
 from fastdispatch.warm.identity import NotStored, function_digest, value_digest
 
-# Bump when what a key covers, or how, changes: old files are then never read.
-KEY_FORMAT = 1
+# Bump when what a key covers, or how, or what a file holds, changes: old
+# files are then never read.
+KEY_FORMAT = 2
 
 
 @functools.cache

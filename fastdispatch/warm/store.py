@@ -3,6 +3,7 @@
 A file is named by its key (warm/keys.py) and holds a header (magic, the
 payload's length and sha256) and the payload: jax's serialized executable
 with its input and output trees (``jax.experimental.serialize_executable``),
+the ids of the devices it runs on (loaded onto those, not onto every device),
 and for filter_jit its output recipe (plain data: warm/outputs.py).
 What disks and people do to it:
 
@@ -33,6 +34,8 @@ import warnings
 
 import jax
 from jax.experimental import serialize_executable
+
+from fastdispatch import _jax
 
 MAGIC = b"fastdispatch-warm-1\n"
 SUFFIX = ".jit"
@@ -101,8 +104,15 @@ class Store:
             self._damaged(path, "is damaged (truncated, or its checksum does not match)")
             return None
         try:
-            serialized, in_tree, out_tree, *recipe = pickle.loads(payload)
-            compiled = serialize_executable.deserialize_and_load(serialized, in_tree, out_tree)
+            stored = pickle.loads(payload)
+            devices = {device.id: device for device in jax.devices()}
+            compiled = serialize_executable.deserialize_and_load(
+                stored["executable"],
+                stored["in_tree"],
+                stored["out_tree"],
+                execution_devices=[devices[i] for i in stored["devices"]],
+            )
+            recipe = stored.get("recipe")
         except Exception as error:
             self._damaged(path, f"does not load ({type(error).__name__}: {error})")
             return None
@@ -111,7 +121,7 @@ class Store:
         except OSError:
             pass  # a read-only store
         self._count("loaded")
-        return (compiled, recipe[0]) if recipe else compiled
+        return compiled if recipe is None else (compiled, recipe)
 
     def _damaged(self, path, what):
         self._count("damaged")
@@ -140,7 +150,14 @@ class Store:
                 # holds whatever the trace returned, which need not pickle) is
                 # kept as a flat list of as many leaves.
                 out_tree = jax.tree_util.tree_structure([0] * out_tree.num_leaves)
-            stored = (serialized, in_tree, out_tree) + (() if recipe is None else (recipe,))
+            stored = {
+                "executable": serialized,
+                "in_tree": in_tree,
+                "out_tree": out_tree,
+                "devices": _jax.executable_device_ids(compiled),
+            }
+            if recipe is not None:
+                stored["recipe"] = recipe
             payload = pickle.dumps(stored, protocol=pickle.HIGHEST_PROTOCOL)
         except Exception as error:
             # Host callbacks (jax.debug.print, io_callback) hold Python
