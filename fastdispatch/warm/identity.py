@@ -16,6 +16,7 @@ is compiled as it always is, never loaded.
 from __future__ import annotations
 
 import dataclasses
+import dis
 import enum
 import functools
 import hashlib
@@ -300,6 +301,14 @@ class _Digest:
                     _package_version(fun.__module__.partition(".")[0]),
                 )
             else:
+                written = _state_written(code, frozenset(code.co_freevars))
+                if written is not None:
+                    # Tracing changes the program's state (a trace counter,
+                    # say), and a load would skip that change.
+                    raise NotStored(
+                        f"assigns the {written[0]} variable {written[1]} at {self.where}: "
+                        "a load would skip its trace's change to the program's state"
+                    )
                 self.token("function")
                 self.code(code)
                 self.globals_of(fun, code)
@@ -370,6 +379,31 @@ class _Digest:
                 value = vars(module)[name]
                 if type(value) is not types.ModuleType:
                     self.value(value, "reads " + module.__name__ + "." + name + ",")
+
+
+_STATE_WRITES = {
+    "STORE_GLOBAL": "global",
+    "DELETE_GLOBAL": "global",
+    "STORE_DEREF": "nonlocal",
+    "DELETE_DEREF": "nonlocal",
+}
+
+
+@functools.lru_cache(maxsize=1024)
+def _state_written(code, outside: frozenset):
+    """(kind, name) of the first global, or variable of an enclosing scope
+    (``outside``: the free variables that reach beyond the trace), that
+    ``code`` or code nested in it assigns; None if it assigns none."""
+    for instruction in dis.get_instructions(code):
+        kind = _STATE_WRITES.get(instruction.opname)
+        if kind == "global" or (kind == "nonlocal" and instruction.argval in outside):
+            return kind, instruction.argval
+    for constant in code.co_consts:
+        if type(constant) is types.CodeType:
+            written = _state_written(constant, outside & frozenset(constant.co_freevars))
+            if written is not None:
+                return written
+    return None
 
 
 def _names(code) -> set:

@@ -196,3 +196,33 @@ def test_digest_counts_attributes_set_after_init_and_never_confuses_tokens():
     other.doubled = 3.0
     assert value_digest(one) != value_digest(other)
     assert value_digest(("a\x00", "b")) != value_digest(("a", "\x00b"))
+
+
+def test_a_function_that_assigns_outside_state_is_refused():
+    count = 0
+
+    def counts(x):
+        nonlocal count
+        count += 1
+        return x
+
+    def counts_globally(x):
+        global SCALE
+        SCALE = 3.0
+        return x
+
+    def local_cells_only(x):
+        total = 0
+
+        def add(y):
+            nonlocal total  # the function's own variable: no state outside
+            total += y
+
+        add(x)
+        return total
+
+    with pytest.raises(NotStored, match="assigns the nonlocal variable count"):
+        function_digest(counts)
+    with pytest.raises(NotStored, match="assigns the global variable SCALE"):
+        function_digest(counts_globally)
+    function_digest(local_cells_only)
