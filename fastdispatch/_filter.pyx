@@ -57,6 +57,7 @@ cdef str _DYNAMIC_FUN = sys.intern("_dynamic_fun")
 cdef str _STATIC_FUN = sys.intern("_static_fun")
 cdef str _DONATE_FIRST = sys.intern("donate_first")
 cdef str _DONATE_REST = sys.intern("donate_rest")
+cdef str _FILTER_WARNING = sys.intern("filter_warning")
 
 # Where the static parts of a call sit in its CallSignature's static_args,
 # (label, type, value) triples as for every front end: the function's static
@@ -450,6 +451,13 @@ cdef class FilterDispatcher(Engine):
     cdef object warm_key(self, Call* call, CallSignature signature, object store):
         """The call's key in the warm-start store (fastdispatch.warm), or None."""
         if self.warm_options is None:
+            return None
+        found = PyDict_GetItem(PyObject_GenericGetDict(<object>call.function, NULL), _FILTER_WARNING)
+        if any(signature.static_args[_DONATE]) and (found == NULL or <object>found is not True):
+            # donate="warn": the caller asked for jax's compile-time warning
+            # about donated buffers it cannot use, which a load would not give.
+            store.refuse(self.jitted, 'donates with donate="warn...": a load would not give '
+                                      "jax's warning about donated buffers it cannot use")
             return None
         return store.filter_key(self.jitted, self.warm_options, signature)
 

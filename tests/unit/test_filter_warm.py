@@ -117,3 +117,32 @@ def test_recipe_refuses_what_no_process_can_rebuild():
             outputs.describe(treedef, [-1], [value], [])
     # The same object among the call's inputs: stored as its place there.
     assert outputs.describe(treedef, [-1], [local], [None, local])[2] == (("input", 1),)
+
+
+def test_a_trace_that_changes_program_state_is_not_stored(store):
+    traces = 0
+
+    def counted(x):
+        nonlocal traces
+        traces += 1
+        return x + 1
+
+    fresh(counted)(jnp.ones(2))
+    fresh(counted)(jnp.ones(2))
+    assert traces == 2  # each process-like start traces: nothing was skipped
+    (reason,) = fastdispatch.warm_start_stats()["not_stored"].values()
+    assert "assigns the nonlocal variable traces" in reason
+
+
+def test_donate_warn_is_not_stored_and_warns_as_equinox_does(store):
+    def f(x, y):
+        return x + jnp.sum(y)
+
+    for _ in range(2):
+        eqx.clear_caches()
+        g = fastdispatch.filter_jit(f, donate="warn")
+        with pytest.warns(UserWarning, match="Some donated buffers were not usable"):
+            g(jnp.array(1.0), jnp.ones((10,)))
+    stats = fastdispatch.warm_start_stats()
+    assert stats["written"] == stats["loaded"] == 0
+    assert 'donates with donate="warn' in stats["not_stored"][f.__qualname__]
