@@ -1,5 +1,7 @@
 # The filter_jit front end (equinox's filter_jit) of the engine.
+from fastdispatch._cache cimport CacheEntry
 from fastdispatch._engine cimport Engine
+from fastdispatch._execute cimport Executable
 from fastdispatch._outputs cimport Outputs
 from fastdispatch._pytree cimport TreeDef
 
@@ -32,8 +34,10 @@ cdef class FilterDispatcher(Engine):
     cdef object equinox_call       # equinox's own wrapper call: (wrapper, *args, **kwargs)
     cdef object equinox_lower      # equinox's own lowering: (wrapper, *args, **kwargs)
     cdef object is_array           # equinox.is_array, for leaves of unknown types
+    cdef object warm_options       # what its warm-start keys add (keys.filter_call_key), or None
     cdef dict plans                # (id(signature), nargs, kwnames) -> BindPlan
     cdef BindPlan last_plan        # the plan of the previous call: one identity check
     cdef object __weakref__
 
     cdef BindPlan plan_for(self, object signature, tuple args, dict kwargs)
+    cdef Executable _executable(self, object compiled, CacheEntry entry, list leaves)

@@ -30,9 +30,9 @@ from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE, PyTuple_New, PyTu
 
 from fastdispatch._cache cimport CacheEntry, CompiledFunctionCache
 from fastdispatch._engine cimport (
-    Call, CallTimes, Engine, python_call, trace_context, trace_state_clean)
+    Call, CallTimes, Engine, python_call, trace_context, trace_state_clean, warm_store)
 from fastdispatch._execute cimport Executable, make_executable
-from fastdispatch._outputs cimport Outputs
+from fastdispatch._outputs cimport Outputs, our_treedef
 from fastdispatch._pytree cimport TreeDef, flatten_into
 from fastdispatch._signature cimport (
     CallSignature, LeafKind, LEAF_ARRAY, LEAF_HOST, LEAF_KEY, LEAF_SCALAR, LEAF_TRACER, LEAF_OTHER,
@@ -57,6 +57,7 @@ cdef str _DYNAMIC_FUN = sys.intern("_dynamic_fun")
 cdef str _STATIC_FUN = sys.intern("_static_fun")
 cdef str _DONATE_FIRST = sys.intern("donate_first")
 cdef str _DONATE_REST = sys.intern("donate_rest")
+cdef str _FILTER_WARNING = sys.intern("filter_warning")
 
 # Where the static parts of a call sit in its CallSignature's static_args,
 # (label, type, value) triples as for every front end: the function's static
@@ -203,31 +204,52 @@ cdef OutputRecipe _make_recipe(object out, Py_ssize_t num_outputs):
     call), for an executable with ``num_outputs`` outputs; NotFast if none."""
     cdef list leaves = []
     cdef TreeDef treedef = flatten_into(out, leaves)
-    cdef OutputRecipe recipe = OutputRecipe.__new__(OutputRecipe)
     cdef Py_ssize_t i, n = len(leaves), k = 1
     cdef LeafKind kind
+    cdef list sources = []
+    statics = []
+    for i in range(n):
+        kind = classify_leaf(leaves[i])
+        if kind == LEAF_ARRAY or kind == LEAF_KEY:
+            sources.append(k)
+            k += 1
+            statics.append(None)
+        elif kind == LEAF_SCALAR or kind == LEAF_OTHER:
+            sources.append(-1)
+            statics.append(leaves[i])
+        else:
+            raise NotFast(_reasons.NON_ARRAY_OUTPUTS)
+    return _new_recipe(treedef, sources, tuple(statics), num_outputs)
+
+
+cdef OutputRecipe _new_recipe(TreeDef treedef, list sources, tuple statics,
+                              Py_ssize_t num_outputs):
+    """The OutputRecipe of output tree ``treedef`` whose leaf i is the
+    executable's output ``sources[i]`` (>= 1), or else ``statics[i]``."""
+    cdef OutputRecipe recipe = OutputRecipe.__new__(OutputRecipe)
+    cdef Py_ssize_t i, n = len(sources), k = 1
+    if treedef is None or treedef.num_leaves != n or len(statics) != n:
+        raise NotFast(_reasons.OUTPUTS_FLATTEN_UNLIKE_EQUINOX)
     recipe.treedef = treedef
     recipe.num_leaves = n
     recipe.source = <Py_ssize_t*>PyMem_Malloc((n + 1) * sizeof(Py_ssize_t))
     if recipe.source == NULL:
         raise MemoryError()
-    statics = []
     for i in range(n):
-        kind = classify_leaf(leaves[i])
-        if kind == LEAF_ARRAY or kind == LEAF_KEY:
-            recipe.source[i] = k
+        recipe.source[i] = sources[i]
+        if recipe.source[i] >= 0:
+            if recipe.source[i] != k:
+                raise NotFast(_reasons.OUTPUTS_FLATTEN_UNLIKE_EQUINOX)
             k += 1
-            statics.append(None)
-        elif kind == LEAF_SCALAR or kind == LEAF_OTHER:
-            recipe.source[i] = -1
-            statics.append(leaves[i])
-        else:
-            raise NotFast(_reasons.NON_ARRAY_OUTPUTS)
     if k != num_outputs:
         raise NotFast(_reasons.OUTPUTS_FLATTEN_UNLIKE_EQUINOX)
-    recipe.statics = tuple(statics)
+    recipe.statics = statics
     recipe.single = 1 if treedef.num_nodes == 1 and n == 1 and recipe.source[0] == 1 else -1
     return recipe
+
+
+cdef list _recipe_sources(OutputRecipe recipe):
+    return [recipe.source[i] for i in range(recipe.num_leaves)]
 
 
 cdef class _Front:
@@ -271,8 +293,9 @@ cdef class FilterDispatcher(Engine):
     shares one jax.jit between them (by function, or by name for other
     callables), and so does this, with its entries, plans and guard."""
 
-    def __init__(self, jitted, equinox_call, equinox_lower, is_array):
+    def __init__(self, jitted, equinox_call, equinox_lower, is_array, warm_options=None):
         self.jitted = _dispatch_jax_function(jitted)
+        self.warm_options = warm_options
         # equinox names its jit's function after the user's: the name jax.jit's span would have.
         self.span_name = f"FastDispatch({_jax.fun_name(self.jitted)})"
         self.library = _EQUINOX
@@ -398,14 +421,58 @@ cdef class FilterDispatcher(Engine):
             warnings.simplefilter("ignore")
             compiled = self.equinox_lower(
                 <object>call.function, *<tuple>call.args, **<dict>call.kwargs).lowered.compile()
-        donates = any(entry.signature.static_args[_DONATE])
+        cdef Executable executable
+        cdef OutputRecipe recipe
+        try:
+            executable = self._executable(compiled, entry, leaves)
+            recipe = _make_recipe(out, len(executable.out_handlers))
+        except NotFast as refusal:
+            if entry.warm_key is not None and warm_store() is not None:
+                # Only equinox's own call runs it: nothing to load it for.
+                warm_store().refuse(self.jitted, f"is run by equinox's own call ({refusal.reason})")
+            raise
+        if entry.warm_key is not None:
+            store = warm_store()
+            if store is not None:
+                store.save_filter(entry.warm_key, compiled, self.jitted, entry.signature,
+                                  recipe.treedef.to_jax(), _recipe_sources(recipe), recipe.statics)
+        return executable, recipe
+
+    cdef Executable _executable(self, object compiled, CacheEntry entry, list leaves):
+        cdef bint donates = any(entry.signature.static_args[_DONATE])
         cdef Executable executable = make_executable(
             compiled, entry.signature, leaves, donates, False)
         if executable.calls_host:
             # equinox blocks such calls so that error_if raises at the call,
             # as its own error: its call runs them.
             raise NotFast(_reasons.EFFECTS)
-        return executable, _make_recipe(out, len(executable.out_handlers))
+        return executable
+
+    cdef object warm_key(self, Call* call, CallSignature signature, object store):
+        """The call's key in the warm-start store (fastdispatch.warm), or None."""
+        if self.warm_options is None:
+            return None
+        found = PyDict_GetItem(PyObject_GenericGetDict(<object>call.function, NULL), _FILTER_WARNING)
+        if any(signature.static_args[_DONATE]) and (found == NULL or <object>found is not True):
+            # donate="warn": the caller asked for jax's compile-time warning
+            # about donated buffers it cannot use, which a load would not give.
+            store.refuse(self.jitted, 'donates with donate="warn...": a load would not give '
+                                      "jax's warning about donated buffers it cannot use")
+            return None
+        return store.filter_key(self.jitted, self.warm_options, signature)
+
+    cdef tuple build_loaded(self, Call* call, CacheEntry entry, list leaves, object loaded):
+        """The entry of an executable loaded from the warm-start store, with
+        the output recipe stored beside it (warm/outputs.py): the call's
+        non-array outputs rebuilt from its own inputs and names, untraced."""
+        from fastdispatch.warm import keys, outputs
+
+        compiled, described = loaded
+        cdef Executable executable = self._executable(compiled, entry, leaves)
+        out_treedef, sources, statics = outputs.rebuild(
+            described, keys.filter_call_objects(entry.signature))
+        return executable, _new_recipe(our_treedef(out_treedef), sources, tuple(statics),
+                                       len(executable.out_handlers))
 
 
 def call(wrapper, *args, **kwargs):

@@ -339,6 +339,13 @@ def executable_parts(compiled) -> ExecutableParts:
     )
 
 
+def executable_device_ids(compiled) -> tuple:
+    """The ids of the devices ``compiled`` runs on, in its order: what
+    deserializing it must be given (all of the backend's, by default, which
+    is wrong for an executable of one device among several)."""
+    return tuple(device.id for device in compiled._executable.xla_executable.local_devices())
+
+
 def scalar_devices(sharding) -> tuple:
     """The devices, in order, that a host input (a Python scalar, a numpy value)
     of this sharding goes to:

@@ -17,3 +17,7 @@ cdef class OutputTree(Outputs):
 
 # The Outputs of a jax executable whose output tree is `jax_treedef`.
 cdef OutputTree output_tree(object jax_treedef)
+
+# Our TreeDef for jax's PyTreeDef ``jax_treedef``, or None when the two would
+# not agree exactly.
+cdef TreeDef our_treedef(object jax_treedef)

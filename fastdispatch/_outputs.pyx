@@ -32,7 +32,7 @@ cdef class OutputTree(Outputs):
 cdef OutputTree output_tree(object jax_treedef):
     cdef OutputTree tree = OutputTree.__new__(OutputTree)
     tree.jax_treedef = jax_treedef
-    tree.treedef = _our_treedef(jax_treedef)
+    tree.treedef = our_treedef(jax_treedef)
     tree.single = (tree.treedef is not None and tree.treedef.num_nodes == 1
                    and tree.treedef.num_leaves == 1)
     return tree
@@ -43,7 +43,7 @@ cdef class _Marker:
     cdef Py_ssize_t index
 
 
-cdef TreeDef _our_treedef(jax_treedef):
+cdef TreeDef our_treedef(jax_treedef):
     """Our TreeDef for jax's, or None when the two would not agree exactly
     (a registered type whose constructor refuses stand-in leaves, say)."""
     cdef Py_ssize_t i, n = jax_treedef.num_leaves

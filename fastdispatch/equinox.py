@@ -69,14 +69,26 @@ class FilterJitWrapper(_eqx_jit._JitWrapper):
 _dispatchers = weakref.WeakValueDictionary()
 
 
-def _dispatcher_for(jitted) -> _filter.FilterDispatcher:
+def _dispatcher_for(jitted, jitkwargs) -> _filter.FilterDispatcher:
     found = _dispatchers.get(id(jitted))
     if found is None or found.jitted is not _dispatch.jax_function(jitted):
         found = _filter.FilterDispatcher(
-            jitted, _eqx_jit._JitWrapper.__call__, _eqx_jit._JitWrapper.lower, equinox.is_array
+            jitted,
+            _eqx_jit._JitWrapper.__call__,
+            _eqx_jit._JitWrapper.lower,
+            equinox.is_array,
+            _warm_options(jitkwargs),
         )
         _dispatchers[id(jitted)] = found
     return found
+
+
+def _warm_options(jitkwargs) -> dict:
+    """What a filter_jit call's warm-start key adds (warm/keys.py's
+    filter_call_key): equinox's version (its jit's function, its Modules'
+    flatten), the jit options (equinox shares one jax.jit per function and
+    options), and equinox's sentinel by name."""
+    return {"equinox": equinox.__version__, "jit": dict(jitkwargs), "constants": {"equinox.MISSING": MISSING}}
 
 
 def _clear_dispatchers():
@@ -134,5 +146,5 @@ def filter_jit(fun=_eqx_jit.sentinel, *, donate="none", **jitkwargs):
     wrapper = object.__new__(FilterJitWrapper)
     fields = object.__getattribute__(wrapper, "__dict__")
     fields.update(object.__getattribute__(built, "__dict__"))
-    fields["_cached"] = _dispatcher_for(fields["_cached"])
+    fields["_cached"] = _dispatcher_for(fields["_cached"], jitkwargs)
     return wrapper

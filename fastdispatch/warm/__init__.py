@@ -3,7 +3,8 @@
     fastdispatch.warm_start("~/.cache/myprog")      # or FASTDISPATCH_WARM_START=DIR,
                                                      # or python -m fastdispatch --warm-start DIR
 
-Every executable ``fastdispatch.jit`` compiles is written to the store
+Every executable ``fastdispatch.jit`` and ``fastdispatch.filter_jit`` compile
+is written to the store
 (warm/store.py) under a key (warm/keys.py) that covers the call's signature,
 the function's identity (warm/identity.py: its code and everything it reaches)
 and the environment.  In a later process, a miss computes the key before
@@ -20,8 +21,9 @@ import time
 import jax
 
 from fastdispatch import _engine, _jax
+from fastdispatch.warm import outputs
 from fastdispatch.warm.identity import NotStored
-from fastdispatch.warm.keys import call_key
+from fastdispatch.warm.keys import call_key, filter_call_key, filter_call_objects
 from fastdispatch.warm.store import DEFAULT_MAX_BYTES, Store, WarmStartWarning, function_name
 
 # The thread's count of functions jax traced at top level (jax.monitoring's
@@ -49,10 +51,19 @@ class WarmStart:
             return self.functions.setdefault(function_name(fun), {"load_seconds": 0.0})
 
     def key(self, fun, options, signature):
-        """The store key of this call, or None (the reason recorded)."""
+        """The store key of this call of ``jit(fun, **options)``, or None (the
+        reason recorded)."""
+        return self._key(fun, call_key, fun, options, signature)
+
+    def filter_key(self, fun, options, signature):
+        """The store key of this filter_jit call of ``fun``, or None (the
+        reason recorded); ``options`` as ``keys.filter_call_key`` takes them."""
+        return self._key(fun, filter_call_key, options, signature)
+
+    def _key(self, fun, describe, *parts):
         _traces.fun = fun  # for the load that follows, on this thread
         try:
-            return call_key(fun, options, signature)
+            return describe(*parts)
         except NotStored as refusal:
             self.store.refuse(fun, str(refusal))
         except Exception as error:  # never let a key break a call: compile instead
@@ -73,7 +84,9 @@ class WarmStart:
             _traces.pending = (key, getattr(_traces, "count", 0))
         return compiled
 
-    def save(self, key, compiled, fun):
+    def save(self, key, compiled, fun, recipe=None):
+        """Write ``compiled`` (and a front end's ``recipe``: plain data) under
+        ``key``, when jax traced it in this process."""
         pending = getattr(_traces, "pending", None)
         _traces.pending = None
         if pending is None or pending[0] != key or getattr(_traces, "count", 0) <= pending[1]:
@@ -81,7 +94,26 @@ class WarmStart:
             # (before a global it reads may have changed): not written.
             self.store.refuse(fun, "was compiled from a trace jax made earlier in this process")
             return
-        self.store.save(key, compiled, fun, self.tally(fun))
+        self.store.save(key, compiled, fun, recipe, self.tally(fun))
+
+    def refuse(self, fun, reason: str):
+        """``fun``'s compile is not written, for ``reason`` (a front end's)."""
+        _traces.pending = None
+        self.store.refuse(fun, reason)
+
+    def save_filter(self, key, compiled, fun, signature, out_treedef, sources, statics):
+        """Write a filter_jit compile with its output recipe (the output tree
+        ``out_treedef``, each leaf's executable output in ``sources`` or its
+        value in ``statics``), described as plain data (warm/outputs.py); a
+        recipe that cannot be is not written, its reason recorded."""
+        try:
+            recipe = outputs.describe(out_treedef, sources, statics, filter_call_objects(signature))
+        except NotStored as refusal:
+            self.refuse(fun, str(refusal))
+        except Exception as error:  # never let the store break a call
+            self.refuse(fun, f"has outputs that failed to describe ({type(error).__name__}: {error})")
+        else:
+            self.save(key, compiled, fun, recipe)
 
 
 _current = None
@@ -89,11 +121,14 @@ _listening = False
 
 
 def warm_start(directory, *, max_bytes: int = DEFAULT_MAX_BYTES):
-    """Keep every executable ``fastdispatch.jit`` compiles in ``directory``,
-    and load it there in later processes instead of tracing and compiling.
+    """Keep every executable ``fastdispatch.jit`` and ``fastdispatch.filter_jit``
+    compile in ``directory``, and load it there in later processes instead of
+    tracing and compiling.
 
     ``max_bytes`` bounds the directory (least recently used files go first).
-    ``None`` turns warm start off.  filter_jit and nnx.jit are not stored."""
+    ``None`` turns warm start off.  nnx.jit is not stored; a call whose key or
+    (filter_jit) non-array outputs cannot be described stably is not either,
+    and ``warm_start_stats()["not_stored"]`` says why (docs/warm-start.md)."""
     global _current, _listening
     if directory is None:
         _engine.set_warm_store(None)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import collections.abc
 import dataclasses
+import dis
 import enum
 import functools
 import hashlib
@@ -86,6 +87,31 @@ def _file_digest(path: str, mtime_ns: int, size: int) -> str:
     # Keyed by mtime and size too, so an edited file is read again.
     with open(path, "rb") as f:
         return hashlib.sha256(f.read()).hexdigest()
+
+
+# Sentinel objects a library puts in its trees (equinox's MISSING in a Module's
+# aux data), known by a stable name: id -> (name, the object, kept alive).
+_constants: dict = {}
+
+
+def register_constant(name: str, value) -> None:
+    """Describe ``value`` by ``name`` in every digest: a library's sentinel,
+    the same object in every process that imports the library."""
+    _constants[id(value)] = (name, value)
+
+
+def constant_name(value):
+    """The name ``value`` was registered under, or None."""
+    found = _constants.get(id(value))
+    return None if found is None or found[1] is not value else found[0]
+
+
+def constant(name: str):
+    """The object registered under ``name``, or None."""
+    for registered, value in _constants.values():
+        if registered == name:
+            return value
+    return None
 
 
 def _resolve(module_name: str, qualname: str):
@@ -210,6 +236,8 @@ class _Digest:
                     self.value(getattr(value, name), how)
         elif self.jitted(value, how):
             pass
+        elif (name := constant_name(value)) is not None:
+            self.token("constant", name)
         elif self.named(value):
             pass
         else:
@@ -287,6 +315,14 @@ class _Digest:
                     _package_version(fun.__module__.partition(".")[0]),
                 )
             else:
+                written = _state_written(code, frozenset(code.co_freevars))
+                if written is not None:
+                    # Tracing changes the program's state (a trace counter,
+                    # say), and a load would skip that change.
+                    raise NotStored(
+                        f"assigns the {written[0]} variable {written[1]} at {self.where}: "
+                        "a load would skip its trace's change to the program's state"
+                    )
                 self.token("function")
                 self.code(code)
                 self.globals_of(fun, code)
@@ -365,6 +401,31 @@ def tree_structure(treedef) -> tuple:
         return ("*",)
     kind, data = treedef.node_data()
     return (kind, data, tuple(tree_structure(child) for child in treedef.children()))
+
+
+_STATE_WRITES = {
+    "STORE_GLOBAL": "global",
+    "DELETE_GLOBAL": "global",
+    "STORE_DEREF": "nonlocal",
+    "DELETE_DEREF": "nonlocal",
+}
+
+
+@functools.lru_cache(maxsize=1024)
+def _state_written(code, outside: frozenset):
+    """(kind, name) of the first global, or variable of an enclosing scope
+    (``outside``: the free variables that reach beyond the trace), that
+    ``code`` or code nested in it assigns; None if it assigns none."""
+    for instruction in dis.get_instructions(code):
+        kind = _STATE_WRITES.get(instruction.opname)
+        if kind == "global" or (kind == "nonlocal" and instruction.argval in outside):
+            return kind, instruction.argval
+    for constant in code.co_consts:
+        if type(constant) is types.CodeType:
+            written = _state_written(constant, outside & frozenset(constant.co_freevars))
+            if written is not None:
+                return written
+    return None
 
 
 def _names(code) -> set:

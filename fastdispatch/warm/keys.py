@@ -23,15 +23,18 @@ import hashlib
 import importlib.metadata
 import os
 import sys
+import types
 
 import jax
 import jaxlib
 
 from fastdispatch import _jax
+from fastdispatch.warm import identity
 from fastdispatch.warm.identity import NotStored, function_digest, tree_structure, value_digest
 
-# Bump when what a key covers, or how, changes: old files are then never read.
-KEY_FORMAT = 1
+# Bump when what a key covers, or how, or what a file holds, changes: old
+# files are then never read.
+KEY_FORMAT = 2
 
 
 @functools.cache
@@ -179,3 +182,94 @@ def call_key(fun, options: dict, signature) -> str:
         context,
     )
     return hashlib.sha256(repr(parts).encode()).hexdigest()
+
+
+def _nodes(treedef):
+    """(node type, node data) of every node of a jax tree structure, in
+    pre-order; leaves are left out."""
+    if treedef.num_nodes == 1 and treedef.num_leaves == 1:
+        return
+    yield treedef.node_data()
+    for child in treedef.children():
+        yield from _nodes(child)
+
+
+def _methods(node_types) -> tuple:
+    """The functions defined in the bodies of the user classes among
+    ``node_types`` (a Module's ``__call__``): the trace runs them, and the
+    class's source file alone does not describe the globals they read."""
+    functions = []
+    seen = set()
+    for node_type in node_types:
+        for cls in getattr(node_type, "__mro__", ()):
+            if cls in seen or identity._installed(cls.__module__):
+                continue
+            seen.add(cls)
+            prefix = cls.__qualname__ + "."
+            for name in sorted(vars(cls)):
+                value = vars(cls)[name]
+                if isinstance(value, (staticmethod, classmethod)):
+                    value = value.__func__
+                elif isinstance(value, property):
+                    value = value.fget
+                if type(value) is types.FunctionType and value.__qualname__.startswith(prefix):
+                    functions.append(value)
+    return tuple(functions)
+
+
+def filter_parts(signature) -> dict:
+    """A filter_jit CallSignature's static parts by label: "fun" (the
+    function's static leaves and jax tree structure), "donate" (donate first,
+    donate rest), "leaves" (each argument leaf's static value, None where an
+    array is)."""
+    static = signature.static_args
+    return {static[i]: static[i + 2] for i in range(0, len(static), 3)}
+
+
+def filter_call_objects(signature) -> list:
+    """Every static object of a filter_jit call, at a place its structure fixes
+    (the same in every process making a call of this key): the arguments'
+    static leaves, the function's, then the items of every node's data (a
+    Module's static fields).  A non-array output that is one of them is stored
+    as its place (warm/outputs.py)."""
+    parts = filter_parts(signature)
+    fun_leaves, fun_treedef = parts["fun"]
+    objects = list(parts["leaves"]) + list(fun_leaves)
+    for treedef in (signature.treedef.to_jax(), fun_treedef):
+        for _, data in _nodes(treedef):
+            objects.extend(data if type(data) is tuple else (data,))
+    return objects
+
+
+def filter_call_key(options: dict, signature) -> str:
+    """The store key (hex) of a filter_jit call with this CallSignature;
+    ``options``: equinox's version, filter_jit's jit options, and the
+    library's sentinels by name (``"constants"``); raises NotStored.
+
+    Beyond what ``call_key`` covers for jit, by the same rules: the function
+    by its static part (the function itself, a Module's static fields and
+    tree), the arguments' tree with every Module's static fields, each
+    argument leaf that is not an array by content, the donation, and the
+    functions defined in the user classes the trees are made of."""
+    for name, value in options.get("constants", {}).items():
+        identity.register_constant(name, value)
+    names = _jax.trace_context_names()
+    context = tuple(zip(names, (_context_value(value) for value in signature.context)))
+    parts = filter_parts(signature)
+    fun_leaves, fun_treedef = parts["fun"]
+    args_treedef = signature.treedef.to_jax()
+    node_types = [kind for treedef in (args_treedef, fun_treedef) for kind, _ in _nodes(treedef)]
+    described = (
+        "filter_jit",
+        environment(),
+        options_digest({name: value for name, value in options.items() if name != "constants"}),
+        value_digest(fun_leaves, "is, or holds,"),
+        value_digest(tree_structure(fun_treedef), "is a tree holding"),
+        value_digest(_methods(node_types), "calls a method that"),
+        value_digest(tree_structure(args_treedef), "takes a tree holding"),
+        tuple(_leaf(view) for view in signature.leaf_keys()),
+        value_digest(parts["leaves"], "takes as static argument"),
+        tuple(parts["donate"]),
+        context,
+    )
+    return hashlib.sha256(repr(described).encode()).hexdigest()

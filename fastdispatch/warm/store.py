@@ -2,7 +2,9 @@
 
 A file is named by its key (warm/keys.py) and holds a header (magic, the
 payload's length and sha256) and the payload: jax's serialized executable
-with its input and output trees (``jax.experimental.serialize_executable``).
+with its input and output trees (``jax.experimental.serialize_executable``),
+the ids of the devices it runs on (loaded onto those, not onto every device),
+and for filter_jit its output recipe (plain data: warm/outputs.py).
 What disks and people do to it:
 
 - writes are atomic (a temporary file in the directory, then ``os.replace``),
@@ -30,7 +32,10 @@ import threading
 import time
 import warnings
 
+import jax
 from jax.experimental import serialize_executable
+
+from fastdispatch import _jax
 
 MAGIC = b"fastdispatch-warm-1\n"
 SUFFIX = ".jit"
@@ -83,8 +88,10 @@ class Store:
     # -- reading ---------------------------------------------------------------
 
     def load(self, key: str, tally: dict | None = None):
-        """The jax.stages.Compiled stored under ``key``, or None; the outcome
-        ("loaded", "missed" or "damaged") is also counted in ``tally``."""
+        """What was saved under ``key``: the jax.stages.Compiled, or
+        (Compiled, recipe) where ``save`` had a recipe; or None.  A key names
+        one front end's call, so each front end reads back what it wrote.  The
+        outcome ("loaded", "missed" or "damaged") is also counted in ``tally``."""
         path = self.path(key)
         try:
             with open(path, "rb") as f:
@@ -100,8 +107,15 @@ class Store:
             self._damaged(path, "is damaged (truncated, or its checksum does not match)", tally)
             return None
         try:
-            serialized, in_tree, out_tree = pickle.loads(payload)
-            compiled = serialize_executable.deserialize_and_load(serialized, in_tree, out_tree)
+            stored = pickle.loads(payload)
+            devices = {device.id: device for device in jax.devices()}
+            compiled = serialize_executable.deserialize_and_load(
+                stored["executable"],
+                stored["in_tree"],
+                stored["out_tree"],
+                execution_devices=[devices[i] for i in stored["devices"]],
+            )
+            recipe = stored.get("recipe")
         except Exception as error:
             self._damaged(path, f"does not load ({type(error).__name__}: {error})", tally)
             return None
@@ -110,7 +124,7 @@ class Store:
         except OSError:
             pass  # a read-only store
         self._count("loaded", tally=tally)
-        return compiled
+        return compiled if recipe is None else (compiled, recipe)
 
     def _damaged(self, path, what, tally=None):
         self._count("damaged", tally=tally)
@@ -126,15 +140,29 @@ class Store:
 
     # -- writing ---------------------------------------------------------------
 
-    def save(self, key: str, compiled, fun, tally: dict | None = None) -> None:
-        """Write ``compiled`` (of ``fun``) under ``key``: atomically, then
-        bound the store; "written" (or "not_written") is also counted in
-        ``tally``.  Never raises: a store that cannot take it is left as it is."""
+    def save(self, key: str, compiled, fun, recipe=None, tally: dict | None = None) -> None:
+        """Write ``compiled`` (of ``fun``), and ``recipe`` when given, under
+        ``key``: atomically, then bound the store; "written" (or "not_written")
+        is also counted in ``tally``.  Never raises: a store that cannot take
+        it is left as it is."""
         if not self.writable:
             return
         try:
             serialized, in_tree, out_tree = serialize_executable.serialize(compiled)
-            payload = pickle.dumps((serialized, in_tree, out_tree), protocol=pickle.HIGHEST_PROTOCOL)
+            if recipe is not None:
+                # The recipe rebuilds the result: jax's output tree (equinox's
+                # holds whatever the trace returned, which need not pickle) is
+                # kept as a flat list of as many leaves.
+                out_tree = jax.tree_util.tree_structure([0] * out_tree.num_leaves)
+            stored = {
+                "executable": serialized,
+                "in_tree": in_tree,
+                "out_tree": out_tree,
+                "devices": _jax.executable_device_ids(compiled),
+            }
+            if recipe is not None:
+                stored["recipe"] = recipe
+            payload = pickle.dumps(stored, protocol=pickle.HIGHEST_PROTOCOL)
         except Exception as error:
             # Host callbacks (jax.debug.print, io_callback) hold Python
             # functions that do not pickle.

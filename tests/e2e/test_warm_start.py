@@ -255,3 +255,13 @@ def test_command_line_option(tmp_path):
     assert outputs[1].stdout == outputs[0].stdout.replace("TRACED step\n", "")
     # --trace ends its report with the store's counts.
     assert f"warm start ({store}): 1 loaded, 0 missed, 0 written" in outputs[1].stderr
+
+
+def test_several_devices_load_onto_the_executable_s_own(tmp_path):
+    # An executable of one device among two: loaded onto that device, not
+    # onto every device jax has (which fails at the first call).
+    write_program(tmp_path)
+    assert run(tmp_path, devices=2)["stats"]["written"] == len(STORED)
+    second = run(tmp_path, devices=2)
+    assert second["traced"] == collections.Counter(["printing"])
+    assert second["stats"]["loaded"] == len(STORED)

@@ -33,6 +33,9 @@ def test_equinox_names_used():
     assert front._eqx_filter_jit is _jit.filter_jit
     assert isinstance(eqx.nn.Linear, front.ModuleMeta)
     assert repr(front.MISSING) == "Missing"
+    # Warm start keys equinox's sentinel by name: the one object of that name.
+    assert front._warm_options({})["constants"] == {"equinox.MISSING": front.MISSING}
+    assert front.MISSING is eqx._module._flatten.MISSING
     assert front._clear_dispatchers in eqx._caches.cache_clears
     fields = {f.name for f in dataclasses.fields(_jit._JitWrapper)}
     assert {"_cached", "_signature", "_dynamic_fun", "_static_fun", "donate_first", "donate_rest"} <= fields

@@ -224,3 +224,33 @@ def test_an_nnx_graphdef_is_described():
     wider, _ = nnx.split(nnx.Linear(2, 4, rngs=nnx.Rngs(0)))
     assert value_digest(graphdef) == value_digest(same)
     assert value_digest(graphdef) != value_digest(wider)
+
+
+def test_a_function_that_assigns_outside_state_is_refused():
+    count = 0
+
+    def counts(x):
+        nonlocal count
+        count += 1
+        return x
+
+    def counts_globally(x):
+        global SCALE
+        SCALE = 3.0
+        return x
+
+    def local_cells_only(x):
+        total = 0
+
+        def add(y):
+            nonlocal total  # the function's own variable: no state outside
+            total += y
+
+        add(x)
+        return total
+
+    with pytest.raises(NotStored, match="assigns the nonlocal variable count"):
+        function_digest(counts)
+    with pytest.raises(NotStored, match="assigns the global variable SCALE"):
+        function_digest(counts_globally)
+    function_digest(local_cells_only)

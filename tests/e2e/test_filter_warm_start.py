@@ -1,0 +1,124 @@
+"""Warm start for filter_jit across processes: the first run fills a store,
+a later run reads it.
+
+Each test runs tests/e2e/filter_warm_program.py (filter_jit functions: an
+equinox MLP's forward pass and its optax training step with donate="all", a
+Module with a static field, a closure, one that returns an object its trace
+makes) in fresh processes over one store, and checks the results against the
+first run's and numpy's, which functions jax traced, and the store's counts.
+The contract above speed: a change to anything a function's trace reads
+recompiles it; an output no other process can rebuild is never stored.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+PROGRAM = os.path.join(os.path.dirname(os.path.abspath(__file__)), "filter_warm_program.py")
+FUNCTIONS = ("forward", "train_step", "tagged", "scaled", "body", "closed")
+# tagged returns a Tag its trace makes: not stored.
+STORED = tuple(name for name in FUNCTIONS if name != "tagged")
+MODULES = """\
+import equinox as eqx
+import jax
+
+
+class Scaled(eqx.Module):
+    w: jax.Array
+    power: int = eqx.field(static=True)
+
+    def __call__(self, x):
+        return self.w * x**self.power
+"""
+
+
+def write_program(directory, add=2.0):
+    with open(PROGRAM) as f:
+        (directory / "prog.py").write_text(f.read().replace("x + ADD", f"x + {add!r}"))
+    (directory / "modules.py").write_text(MODULES)
+
+
+def run(directory, **cfg):
+    env = dict(os.environ)  # PYTHONPATH included: the fastdispatch under test
+    env.pop("FASTDISPATCH_WARM_START", None)
+    command = [sys.executable, str(directory / "prog.py"), json.dumps(cfg), str(directory / "store")]
+    proc = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, f"exit {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    report["traced"] = collections.Counter(
+        line.split()[1] for line in proc.stdout.splitlines() if line.startswith("TRACED ")
+    )
+    for name, expected in report["expected"].items():
+        assert report["results"][name] == pytest.approx(expected), f"{name} differs from numpy's"
+    return report
+
+
+@pytest.fixture(scope="module")
+def filled(tmp_path_factory):
+    """A program and the store its first run filled, and that run's report."""
+    directory = tmp_path_factory.mktemp("filter-filled")
+    write_program(directory)
+    return directory, run(directory)
+
+
+@pytest.fixture
+def program(filled, tmp_path):
+    """A copy of the filled program and store, for one test to change."""
+    directory = tmp_path / "run"
+    shutil.copytree(filled[0], directory)
+    return directory
+
+
+def test_first_run_fills_the_store(filled):
+    directory, first = filled
+    assert first["traced"] == collections.Counter(FUNCTIONS)
+    assert first["stats"]["written"] == len(STORED) == len(list((directory / "store").glob("*.jit")))
+    assert first["stats"]["loaded"] == 0
+
+
+def test_second_run_loads_without_tracing(filled, program):
+    first = filled[1]
+    second = run(program)
+    assert second["traced"] == collections.Counter(["tagged"])  # not stored, so traced
+    assert second["stats"]["loaded"] == len(STORED) and second["stats"]["written"] == 0
+    # The same results: the MLP's outputs, its static depth and the label
+    # forward returns, three optax steps' losses and the trained weights.
+    assert second["results"] == first["results"]
+    # Donation as after a compile; the stepped model (its static leaves the
+    # argument's own) keys as the first call did: one entry, no recompile.
+    assert second["donated_deleted"] and first["donated_deleted"]
+    assert second["train_step_entries"] == first["train_step_entries"] == 1
+
+
+def test_an_output_no_process_can_rebuild_is_not_stored(filled, program):
+    first = filled[1]
+    for report in (first, run(program)):
+        reason = report["stats"]["not_stored"]["tagged"]
+        assert "tagged returns a non-array output of type __main__.Tag" in reason
+        # Compiled as always: equinox's own result, the trace's very object.
+        assert report["tag_is_the_traced_one"]
+        assert report["results"]["tagged"] == report["expected"]["tagged"]
+
+
+@pytest.mark.parametrize(
+    "changed, change",
+    [
+        ("body", {"add": 5.0}),  # the function's source
+        ("closed", {"closure": 4.0}),  # a closure cell
+        ("scaled", {"power": 3}),  # a static field of a Module argument
+    ],
+)
+def test_a_change_recompiles_that_function_only(program, changed, change):
+    if changed == "body":
+        write_program(program, **change)
+    second = run(program, **change)
+    assert second["traced"] == collections.Counter([changed, "tagged"])
+    assert second["stats"]["loaded"] == len(STORED) - 1
+    assert second["stats"]["written"] == 1
