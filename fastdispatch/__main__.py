@@ -246,8 +246,12 @@ def start_warm(options):
     from fastdispatch.warm.store import DEFAULT_MAX_BYTES
 
     max_bytes = options.warm_start_max_bytes
+    # The program, by which the store remembers what to load in the background.
+    program = f"-m {options.module}" if options.module is not None else os.path.abspath(options.script)
     fastdispatch.warm_start(
-        options.warm_start, max_bytes=DEFAULT_MAX_BYTES if max_bytes is None else int(max_bytes)
+        options.warm_start,
+        max_bytes=DEFAULT_MAX_BYTES if max_bytes is None else int(max_bytes),
+        program=program,
     )
 
 

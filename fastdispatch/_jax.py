@@ -585,3 +585,9 @@ def axis_env_parts(value):
         tuple(sorted(value.spmd_axis_names, key=repr)),
         tuple(sorted(value.explicit_mesh_axis_names, key=repr)),
     )
+
+
+def backends_started() -> bool:
+    """Whether jax's backends have started (asking never starts one): the
+    warm-start preloader waits for the program to start them itself."""
+    return _xla_bridge.backends_are_initialized()

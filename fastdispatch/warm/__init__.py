@@ -22,6 +22,7 @@ import jax
 
 from fastdispatch import _engine, _jax
 from fastdispatch.warm import outputs
+from fastdispatch.warm import preload as preload_module
 from fastdispatch.warm.identity import NotStored
 from fastdispatch.warm.keys import call_key, filter_call_key, filter_call_objects
 from fastdispatch.warm.store import DEFAULT_MAX_BYTES, Store, WarmStartWarning, function_name
@@ -120,7 +121,7 @@ _current = None
 _listening = False
 
 
-def warm_start(directory, *, max_bytes: int = DEFAULT_MAX_BYTES):
+def warm_start(directory, *, max_bytes: int = DEFAULT_MAX_BYTES, preload: bool = True, program=None):
     """Keep every executable ``fastdispatch.jit`` and ``fastdispatch.filter_jit``
     compile in ``directory``, and load it there in later processes instead of
     tracing and compiling.
@@ -128,13 +129,22 @@ def warm_start(directory, *, max_bytes: int = DEFAULT_MAX_BYTES):
     ``max_bytes`` bounds the directory (least recently used files go first).
     ``None`` turns warm start off.  nnx.jit is not stored; a call whose key or
     (filter_jit) non-array outputs cannot be described stably is not either,
-    and ``warm_start_stats()["not_stored"]`` says why (docs/warm-start.md)."""
+    and ``warm_start_stats()["not_stored"]`` says why (docs/warm-start.md).
+
+    ``preload``: load the executables this program used last time in a
+    background thread from now on (warm/preload.py), the program named by
+    ``program`` (default: the ``__main__`` script's path)."""
     global _current, _listening
     if directory is None:
         _engine.set_warm_store(None)
         _current = None
         return
-    current = WarmStart(Store(directory, max_bytes))
+    store = Store(directory, max_bytes)
+    program = program if program is not None else preload_module.program_of_main()
+    if preload and program is not None:
+        store.preloader = preload_module.Preloader(store, program)
+        store.preloader.start()
+    current = WarmStart(store)
     if not _listening:
         jax.monitoring.register_event_duration_secs_listener(_count_trace)
         _listening = True
@@ -142,9 +152,18 @@ def warm_start(directory, *, max_bytes: int = DEFAULT_MAX_BYTES):
     _engine.set_warm_store(current)
 
 
+def wait_for_preload(timeout: float | None = None) -> bool:
+    """Block until the background loads warm start began are done (True), or
+    ``timeout`` seconds passed (False); for benchmarks and tests."""
+    if _current is None or _current.store.preloader is None:
+        return True
+    return _current.store.preloader.join(timeout)
+
+
 def warm_start_stats() -> dict | None:
     """None when warm start is off; else the store's directory, its counts
-    (loaded, missed, written, damaged, not_written, evicted), whether it is
+    (loaded (preloaded: of them, loaded in the background), missed, written,
+    damaged, not_written, evicted), whether it is
     writable, ``not_stored``: per function, why its calls are not stored, and
     ``functions``: per function, the same counts of its own and the seconds
     its loads took (``load_seconds``)."""
@@ -170,6 +189,8 @@ def summary() -> str:
     counts = ", ".join(
         f"{stats[name]} {name}" for name in ("loaded", "missed", "written", "damaged", "evicted")
     )
+    if stats["preloaded"]:
+        counts = counts.replace(" loaded,", f" loaded ({stats['preloaded']} in the background),", 1)
     lines = [f"warm start ({stats['directory']}{'' if stats['writable'] else ', read-only'}): {counts}"]
     for name, tally in sorted(stats["functions"].items()):
         lines.append(f"  {name}: {_function_line(tally)}")
@@ -181,7 +202,8 @@ def _function_line(tally: dict) -> str:
     """``2 loaded in 0.41 s; 1 missed (not in the store: compiled), 1 written``."""
     parts = []
     if tally.get("loaded"):
-        parts.append(f"{tally['loaded']} loaded in {tally['load_seconds']:.2f} s")
+        preloaded = f", {tally['preloaded']} of them in the background" if tally.get("preloaded") else ""
+        parts.append(f"{tally['loaded']} loaded in {tally['load_seconds']:.2f} s{preloaded}")
     if tally.get("missed"):
         parts.append(f"{tally['missed']} missed (not in the store: compiled)")
     if tally.get("damaged"):

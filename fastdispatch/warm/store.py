@@ -66,7 +66,10 @@ class Store:
         self.writable = os.access(self.directory, os.W_OK | os.X_OK)
         self._lock = threading.Lock()
         self._warned = set()
-        self.counts = dict.fromkeys(("loaded", "missed", "written", "damaged", "not_written", "evicted"), 0)
+        self.counts = dict.fromkeys(
+            ("loaded", "preloaded", "missed", "written", "damaged", "not_written", "evicted"), 0
+        )
+        self.preloader = None  # warm/preload.py's, where warm start loads in the background
         self.not_stored = {}  # function name -> why its calls are not stored
 
     def path(self, key: str) -> str:
@@ -91,21 +94,44 @@ class Store:
         """What was saved under ``key``: the jax.stages.Compiled, or
         (Compiled, recipe) where ``save`` had a recipe; or None.  A key names
         one front end's call, so each front end reads back what it wrote.  The
-        outcome ("loaded", "missed" or "damaged") is also counted in ``tally``."""
+        outcome ("loaded", "missed" or "damaged") is also counted in ``tally``;
+        a load the background preloader made is counted "preloaded" too."""
+        path = self.path(key)
+        loaded = None if self.preloader is None else self.preloader.take(key)
+        if loaded is not None:
+            self._count("preloaded", tally=tally)
+        else:
+            outcome, loaded = self.read(key)
+            if outcome == "missed":
+                self._count("missed", tally=tally)
+                return None
+            if outcome == "damaged":
+                self._damaged(path, loaded, tally)  # loaded: why
+                return None
+        if self.preloader is not None:
+            self.preloader.remember(key)
+        try:
+            os.utime(path)  # used now: the least recently used files go first
+        except OSError:
+            pass  # a read-only store
+        self._count("loaded", tally=tally)
+        return loaded
+
+    def read(self, key: str):
+        """``("loaded", what load returns)``, ``("missed", None)`` or
+        ``("damaged", why)``: the file under ``key``, read and loaded onto its
+        devices, counting and warning nothing (the preloader's thread calls it)."""
         path = self.path(key)
         try:
             with open(path, "rb") as f:
                 data = f.read()
         except FileNotFoundError:
-            self._count("missed", tally=tally)
-            return None
+            return "missed", None
         except OSError as error:
-            self._damaged(path, f"cannot be read ({error.strerror})", tally)
-            return None
+            return "damaged", f"cannot be read ({error.strerror})"
         payload = _payload(data)
         if payload is None:
-            self._damaged(path, "is damaged (truncated, or its checksum does not match)", tally)
-            return None
+            return "damaged", "is damaged (truncated, or its checksum does not match)"
         try:
             stored = pickle.loads(payload)
             devices = {device.id: device for device in jax.devices()}
@@ -117,14 +143,8 @@ class Store:
             )
             recipe = stored.get("recipe")
         except Exception as error:
-            self._damaged(path, f"does not load ({type(error).__name__}: {error})", tally)
-            return None
-        try:
-            os.utime(path)  # used now: the least recently used files go first
-        except OSError:
-            pass  # a read-only store
-        self._count("loaded", tally=tally)
-        return compiled if recipe is None else (compiled, recipe)
+            return "damaged", f"does not load ({type(error).__name__}: {error})"
+        return "loaded", compiled if recipe is None else (compiled, recipe)
 
     def _damaged(self, path, what, tally=None):
         self._count("damaged", tally=tally)
@@ -184,6 +204,8 @@ class Store:
             self._count("not_written", tally=tally)  # full or read-only after all: stay correct
             return
         self._count("written", tally=tally)
+        if self.preloader is not None:
+            self.preloader.remember(key)
         self.bound()
 
     def bound(self) -> None:

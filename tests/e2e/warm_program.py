@@ -50,6 +50,9 @@ import fastdispatch  # noqa: E402
 
 if not os.environ.get("FASTDISPATCH_WARM_START"):
     fastdispatch.warm_start(store)
+if cfg.get("await_preload"):
+    jax.devices()  # the program starts jax's backends: the preloader begins
+    assert fastdispatch.warm.wait_for_preload(120)
 
 GLOBAL_W = jnp.array(cfg["w"])
 CONFIG = Config(scale=cfg["scale"], depth=3)

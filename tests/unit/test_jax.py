@@ -359,6 +359,15 @@ def test_scalar_devices_and_put_host_on_a_mesh():
     run_in_subprocess(check_scalar_devices_on_a_mesh, n_devices=4, timeout=120)
 
 
+def test_backends_started_never_starts_one():
+    code = (
+        "from fastdispatch import _jax; import jax; assert not _jax.backends_started(); "
+        "assert not _jax.backends_started(); jax.devices(); assert _jax.backends_started(); print('OK')"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip() == "OK", out.stderr
+
+
 def test_process_of_program_is_none_in_one_process():
     jax.devices()  # a backend is up: read from it
     assert _jax.process_of_program() is None

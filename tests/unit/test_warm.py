@@ -254,3 +254,27 @@ def test_a_function_that_assigns_outside_state_is_refused():
     with pytest.raises(NotStored, match="assigns the global variable SCALE"):
         function_digest(counts_globally)
     function_digest(local_cells_only)
+
+
+def test_the_manifest_names_a_program_s_latest_keys(tmp_path):
+    from fastdispatch.warm import preload
+
+    store = Store(tmp_path)
+    preloader = preload.Preloader(store, "/somewhere/prog.py")
+    for key in ("a", "b", "a", "gone", "c"):
+        preloader._remembered.clear()  # as in a later process
+        preloader.remember(key)
+    for key in ("a", "b", "c"):
+        (tmp_path / (key + ".jit")).write_bytes(b"")
+    # Most recent first, each once, only those whose files exist.
+    assert preloader.latest_keys() == ["c", "a", "b"]
+    # Another program has its own manifest; a manifest that grew is compacted.
+    assert preload.Preloader(store, "/elsewhere/prog.py").latest_keys() == []
+    for _ in range(4 * preload.MAX_KEYS):
+        preloader._remembered.clear()
+        preloader.remember("c")
+    assert preloader.latest_keys() == ["c", "a", "b"]
+    with open(preloader.manifest) as f:
+        assert f.read() == "b\na\nc\n"
+    # Without a thread started (no keys to load, or none taken), take says so.
+    assert preloader.take("c") is None and preloader.join(0)
