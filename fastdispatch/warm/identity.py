@@ -67,7 +67,10 @@ def _package_version(top: str) -> str:
         return sys.version if _is_installed_file(getattr(module, "__file__", None)) else ""
 
 
+@functools.lru_cache(maxsize=4096)
 def _is_installed_file(path) -> bool:
+    # Cached: realpath's system calls, for each class of a large tree (an nnx
+    # GraphDef's every node), were most of a key's time.
     return path is None or os.path.realpath(path).startswith(_INSTALLED_PREFIXES)
 
 
