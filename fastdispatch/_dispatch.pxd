@@ -15,6 +15,10 @@ cdef class CallLayout:
     cdef object kwnames                    # the call's keyword names (a tuple), or None
     cdef Py_ssize_t nargs                  # positional arguments
     cdef tuple leaf_index                  # argv index of each leaf, flatten order; None: 0..nargs-1
+    # Per leaf_index entry: None (a leaf), or the exact list or tuple type
+    # whose items are its leaves; None for all: every entry is a leaf.
+    cdef tuple containers
+    cdef tuple lengths                     # per leaf_index entry: the container's length (0 for a leaf)
     cdef tuple static_index                # argv index of each static argument, static_args order
     # A call laid out like this one whose leaves and static arguments pass
     # the signature's guard (jax's context is not compared here).

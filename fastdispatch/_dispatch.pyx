@@ -140,16 +140,28 @@ cdef inline bint _all_keyable(tuple values):
     return True
 
 
+cdef inline object _container_of(object value):
+    """The exact list or tuple type of a value whose items are all leaves jax
+    keys (``f(x, w=[w1, w2])``), else None."""
+    cdef type kind = type(value)
+    if (kind is list or kind is tuple) and _all_keyable(tuple(value)):
+        return kind
+    return None
+
+
 @cython.final
 cdef class CallLayout:
     """Where the leaves of a call sit in its argument array, for calls whose
-    every dynamic argument is a leaf, e.g. ``f(x, y)``, ``f(x, lr=0.1, mode="eval")``
-    or ``f(x, 3, y=y)`` with the 3 static.
+    every dynamic argument is a leaf or a list or tuple of leaves, e.g.
+    ``f(x, y)``, ``f(x, lr=0.1, mode="eval")``, ``f(x, 3, y=y)`` with the 3
+    static, or ``f(x, w=[w1, w2], b=[b1, b2])``.
 
-    A call with the same keyword names, in the same order, and as many
-    positional arguments has the previous call's structure: its leaves can be
-    read from the array, in jax's order (positional, then keywords by sorted
-    name), without flattening, and its static values compared in place."""
+    A call with the same keyword names, in the same order, as many positional
+    arguments, and lists and tuples of the same lengths where the previous
+    call had them, has the previous call's structure: its leaves can be read
+    from the array, in jax's order (positional, then keywords by sorted name;
+    a list's items in order), without flattening, and its static values
+    compared in place."""
 
     cdef bint guard(self, Call* call, CallSignature signature):
         cdef Py_ssize_t nargs = PyVectorcall_NARGS(call.nargsf)
@@ -161,6 +173,8 @@ cdef class CallLayout:
         if self.leaf_index is None:
             return signature.matches_leaves(call.argv, nargs)
         leaves = self._gather(call.argv)
+        if leaves is None:
+            return False
         return signature.matches_leaves(PySequence_Fast_ITEMS(leaves), PyTuple_GET_SIZE(leaves))
 
     cdef tuple leaves(self, Call* call):
@@ -176,14 +190,30 @@ cdef class CallLayout:
         return same_items(<tuple>kwnames, <tuple>self.kwnames)
 
     cdef tuple _gather(self, PyObject** argv):
+        """The call's leaves, or None where a list or tuple is not the previous
+        call's type and length (only the guard asks that of a new call)."""
         cdef Py_ssize_t i, n = PyTuple_GET_SIZE(self.leaf_index)
-        cdef tuple leaves = PyTuple_New(n)
+        cdef tuple leaves
         cdef object item
+        if self.containers is None:
+            leaves = PyTuple_New(n)
+            for i in range(n):
+                item = <object>argv[<Py_ssize_t><object>PyTuple_GET_ITEM(self.leaf_index, i)]
+                Py_INCREF(item)
+                PyTuple_SET_ITEM(leaves, i, item)
+            return leaves
+        cdef list gathered = []
         for i in range(n):
             item = <object>argv[<Py_ssize_t><object>PyTuple_GET_ITEM(self.leaf_index, i)]
-            Py_INCREF(item)
-            PyTuple_SET_ITEM(leaves, i, item)
-        return leaves
+            kind = <object>PyTuple_GET_ITEM(self.containers, i)
+            if kind is None:
+                gathered.append(item)
+            elif (type(item) is kind and len(item)
+                    == <Py_ssize_t><object>PyTuple_GET_ITEM(self.lengths, i)):
+                gathered.extend(item)
+            else:
+                return None
+        return tuple(gathered)
 
     cdef bint _statics_match(self, PyObject** argv, tuple static_args):
         # static_args holds (name, type, value) triples in static_index's order.
@@ -204,29 +234,40 @@ cdef class CallLayout:
 
 cdef CallLayout _layout_of(tuple args, dict kwargs, object kwnames,
                            frozenset static_names, CallSignature signature):
-    """The CallLayout of a call, or None when some dynamic argument is not a leaf."""
+    """The CallLayout of a call, or None when some dynamic argument is neither
+    a leaf nor a list or tuple of leaves."""
     cdef tuple static_args = signature.static_args
     cdef Py_ssize_t nargs = PyTuple_GET_SIZE(args)
     # Static positions come first in static_args, in increasing order.
     cdef tuple static_positions = tuple([label for label in static_args[::3] if type(label) is int])
     cdef tuple dynamic_positions = tuple([i for i in range(nargs) if i not in static_positions])
-    if not _all_keyable(tuple([args[i] for i in dynamic_positions])):
-        return None
+    dynamic_names = sorted(name for name in kwnames or () if name not in static_names)
+    cdef list values = [args[i] for i in dynamic_positions] + [kwargs[name] for name in dynamic_names]
+    # None for a leaf, else the list or tuple type of leaves it is.
+    containers = tuple([None if classify_leaf(value) <= LEAF_HOST else _container_of(value)
+                        for value in values])
+    for value, kind in zip(values, containers):
+        if kind is None and classify_leaf(value) > LEAF_HOST:
+            return None
     cdef CallLayout layout = CallLayout.__new__(CallLayout)
     layout.kwnames = kwnames
     layout.nargs = nargs
     layout.leaf_index = None
+    layout.containers = None
+    layout.lengths = None
     layout.static_index = static_positions
-    if kwnames is not None or static_positions:
-        dynamic = sorted(name for name in kwnames or () if name not in static_names)
-        if not _all_keyable(tuple([kwargs[name] for name in dynamic])):
-            return None
+    cdef bint nested = any(kind is not None for kind in containers)
+    if kwnames is not None or static_positions or nested:
         layout.leaf_index = dynamic_positions + tuple(
-            nargs + kwnames.index(name) for name in dynamic)
+            nargs + kwnames.index(name) for name in dynamic_names)
         layout.static_index += tuple(
             nargs + kwnames.index(name)
             for name in sorted(name for name in kwnames or () if name in static_names))
-    num_leaves = nargs if layout.leaf_index is None else len(layout.leaf_index)
+    if nested:
+        layout.containers = containers
+        layout.lengths = tuple([0 if kind is None else len(value)
+                                for value, kind in zip(values, containers)])
+    num_leaves = sum([1 if kind is None else len(value) for value, kind in zip(values, containers)])
     return layout if num_leaves == signature.treedef.num_leaves else None
 
 

@@ -341,6 +341,40 @@ def test_keyword_leaves_that_change_kind_leave_the_layout():
     assert f._cache_size() == 3
 
 
+def test_lists_of_leaves_on_the_layout_path_stay_right(sink):
+    # f(x, 2, w=[...], b=[...], mode=...): the layout reads the lists' items in
+    # place; a list of another length, type or content is a new structure.
+    def dense(x, n, *, w, b, mode):
+        for wi, bi in zip(w, b):
+            x = x @ wi + jax.tree.leaves(bi)[0]  # bi may be a nested list
+        return x * n if mode == "train" else x
+
+    opts = {"static_argnums": (1,), "static_argnames": ("mode",)}
+    ours, theirs = fastdispatch.jit(dense, **opts), jax.jit(dense, **opts)
+    x = jnp.ones((1, 2))
+    w = [jnp.eye(2), 2 * jnp.eye(2)]
+    b = [jnp.zeros(2), jnp.ones(2)]
+    calls = [
+        dict(w=w, b=b, mode="train"),
+        dict(w=w, b=b, mode="train"),  # the layout's hit
+        dict(w=[w[0], w[1] * 3], b=b, mode="train"),  # new values, same structure
+        dict(w=w[:1], b=b[:1], mode="train"),  # shorter lists
+        dict(w=tuple(w), b=tuple(b), mode="train"),  # tuples, not lists
+        dict(w=w, b=[b[0], np.ones(2, np.float32)], mode="train"),  # a numpy item
+        dict(w=w, b=[b[0], 1.0], mode="eval"),  # a Python scalar item, another static
+        dict(w=w, b=[b[0], [b[1]]], mode="train"),  # a nested list: not a leaf
+        dict(w=w, b=b, mode="train"),
+    ]
+    for kwargs in calls:
+        expected = theirs(x, 2, **kwargs)
+        got = ours(x, 2, **kwargs)
+        np.testing.assert_array_equal(got, expected)
+        assert got.dtype == expected.dtype and got.weak_type == expected.weak_type
+    # The same keys as jax's: one executable per structure, each compiled once.
+    assert ours._cache_size() == theirs._cache_size()
+    assert [call.hit for call in sink.calls[:3]] == [False, True, True]
+
+
 def test_static_keyword_whose_eq_raises_on_the_layout_path(sink):
     class Flaky:
         calls = 0
