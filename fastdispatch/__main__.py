@@ -1,7 +1,8 @@
 """The command line: run a Python program with jax.jit routed through fastdispatch.
 
     python -m fastdispatch [--trace] [--trace-json FILE] [--trace-out FILE.json]
-                           [--warm-start DIR [--warm-start-max-bytes N]]
+                           [--warm-start DIR [--warm-start-max-bytes N]
+                                             [--warm-start-checked]]
                            [--no-patch] script.py [args...]
     python -m fastdispatch [options] -m module [args...]
     python -m fastdispatch bench [args...]
@@ -15,7 +16,9 @@ writes the calls as Chrome trace-event JSON (open it in ui.perfetto.dev).
 Under ``jax.distributed`` every process reports for itself: the report's
 header and the file's name carry the process index.  ``--warm-start DIR``
 keeps every compiled executable in DIR and loads it there in later runs,
-skipping tracing and compiling (docs/warm-start.md).
+skipping tracing and compiling; ``--warm-start-checked`` keys each call on
+its traced program instead, skipping lowering and compiling
+(docs/warm-start.md).
 """
 
 from __future__ import annotations
