@@ -25,7 +25,8 @@ from fastdispatch.tracing import assert_max_compiles, stats, trace
 _pytree.add_lazy_field_reader("equinox", "fastdispatch.equinox")
 
 # FASTDISPATCH_WARM_START=DIR turns warm start on for the whole program
-# (docs/warm-start.md); FASTDISPATCH_WARM_START_MAX_BYTES bounds the store.
+# (docs/warm-start.md); FASTDISPATCH_WARM_START_MAX_BYTES bounds the store,
+# FASTDISPATCH_WARM_START_CHECKED=1 keys calls on their traced programs.
 # The warm package (and hashlib, inspect) is imported only then, or on first
 # use of warm_start: a program that never asks for it does not pay its import.
 if os.environ.get("FASTDISPATCH_WARM_START"):
@@ -35,6 +36,7 @@ if os.environ.get("FASTDISPATCH_WARM_START"):
     warm_start(
         os.environ["FASTDISPATCH_WARM_START"],
         max_bytes=int(os.environ.get("FASTDISPATCH_WARM_START_MAX_BYTES", _MAX_BYTES)),
+        checked=os.environ.get("FASTDISPATCH_WARM_START_CHECKED", "") not in ("", "0"),
     )
 
 

@@ -1,7 +1,8 @@
 """The command line: run a Python program with jax.jit routed through fastdispatch.
 
     python -m fastdispatch [--trace] [--trace-json FILE] [--trace-out FILE.json]
-                           [--warm-start DIR [--warm-start-max-bytes N]]
+                           [--warm-start DIR [--warm-start-max-bytes N]
+                                             [--warm-start-checked]]
                            [--no-patch] script.py [args...]
     python -m fastdispatch [options] -m module [args...]
     python -m fastdispatch bench [args...]
@@ -15,7 +16,9 @@ writes the calls as Chrome trace-event JSON (open it in ui.perfetto.dev).
 Under ``jax.distributed`` every process reports for itself: the report's
 header and the file's name carry the process index.  ``--warm-start DIR``
 keeps every compiled executable in DIR and loads it there in later runs,
-skipping tracing and compiling (docs/warm-start.md).
+skipping tracing and compiling; ``--warm-start-checked`` keys each call on
+its traced program instead, skipping lowering and compiling
+(docs/warm-start.md).
 """
 
 from __future__ import annotations
@@ -34,7 +37,8 @@ import types
 
 USAGE = """\
 usage: python -m fastdispatch [--trace] [--trace-json FILE] [--trace-out FILE.json]
-                              [--warm-start DIR [--warm-start-max-bytes N]]
+                              [--warm-start DIR [--warm-start-max-bytes N]
+                                                [--warm-start-checked]]
                               [--no-patch] script.py [args...]
        python -m fastdispatch [options] -m module [args...]
        python -m fastdispatch bench [args...]
@@ -57,6 +61,10 @@ options:
   --warm-start-max-bytes N
                         bound DIR to N bytes, least recently used first
                         (default 1 GiB)
+  --warm-start-checked  trace every call first and key it on the traced
+                        program: a load skips lowering and compiling only,
+                        and functions the normal key refuses are stored
+                        (jit, jax.jit; docs/warm-start.md)
   --no-patch            leave jax.jit alone (trace only code that calls
                         fastdispatch.jit itself)
   -m module             run a library module as a script, like python -m
@@ -74,6 +82,7 @@ class Options:
     patch: bool = True
     warm_start: str | None = None
     warm_start_max_bytes: int | None = None
+    warm_start_checked: bool = False
     module: str | None = None  # run with -m
     script: str | None = None
     args: list = dataclasses.field(default_factory=list)
@@ -101,6 +110,8 @@ def parse(argv):
             options.trace = True
         elif arg == "--no-patch":
             options.patch = False
+        elif arg == "--warm-start-checked":
+            options.warm_start_checked = True
         elif arg.partition("=")[0] in _FILE_OPTIONS:
             name = arg.partition("=")[0]
             if "=" in arg:
@@ -252,6 +263,7 @@ def start_warm(options):
         options.warm_start,
         max_bytes=DEFAULT_MAX_BYTES if max_bytes is None else int(max_bytes),
         program=program,
+        checked=options.warm_start_checked,
     )
 
 
@@ -368,6 +380,8 @@ def main(argv=None):
             usage_error(
                 f"--warm-start-max-bytes needs a number of bytes, got {options.warm_start_max_bytes!r}"
             )
+    if options.warm_start_checked and options.warm_start is None:
+        usage_error("--warm-start-checked needs --warm-start DIR")
     if options.warm_start is not None:
         start_warm(options)
     tracing = bool(options.trace or options.trace_out or options.trace_json)

@@ -477,17 +477,26 @@ cdef class CompiledFunction(Engine):
         Compiled costs ~0.2 ms, since jax caches both the trace and the
         executable."""
         cdef Py_ssize_t nargs = PyVectorcall_NARGS(call.nargsf)
-        compiled = self._jitted.lower(*_tuple_from_array(call.argv, nargs),
-                                      **_kwargs_from_array(call.argv, nargs, call.kwnames)).compile()
+        traced = self._jitted.trace(*_tuple_from_array(call.argv, nargs),
+                                    **_kwargs_from_array(call.argv, nargs, call.kwnames))
+        compiled = traced.lower().compile()
         cdef tuple built = self._from_compiled(entry, leaves, compiled, True)
         if entry.warm_key is not None:
             store = warm_store()
             if store is not None:
-                store.save(entry.warm_key, compiled, self.fun)
+                store.save(entry.warm_key, compiled, self.fun, None, traced)
         return built
 
     cdef object warm_key(self, Call* call, CallSignature signature, object store):
-        """The call's key in the warm-start store (fastdispatch.warm), or None."""
+        """The call's key in the warm-start store (fastdispatch.warm), or None.
+        In checked mode jax traces the call here, into its cache: the compile
+        of a miss reuses that trace."""
+        cdef Py_ssize_t nargs
+        if store.checked:
+            nargs = PyVectorcall_NARGS(call.nargsf)
+            return store.checked_key(self.fun, self._jitted, self._options, signature,
+                                     _tuple_from_array(call.argv, nargs),
+                                     _kwargs_from_array(call.argv, nargs, call.kwnames))
         return store.key(self.fun, self._options, signature)
 
     cdef tuple build_loaded(self, Call* call, CacheEntry entry, list leaves, object loaded):

@@ -11,6 +11,10 @@ and the environment.  In a later process, a miss computes the key before
 tracing; a file under it is loaded and run, and the call is then an ordinary
 cache entry.  A call whose key cannot be described stably is compiled as
 always and never stored; ``warm_start_stats()`` says why (docs/warm-start.md).
+
+Checked mode (``warm_start(dir, checked=True)``) traces every miss and keys it
+on the traced program instead (keys.checked_key): a load skips lowering and
+compiling only, and no function is refused for what its code reaches.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from fastdispatch import _engine, _jax
 from fastdispatch.warm import outputs
 from fastdispatch.warm import preload as preload_module
 from fastdispatch.warm.identity import NotStored
-from fastdispatch.warm.keys import call_key, filter_call_key, filter_call_objects
+from fastdispatch.warm.keys import call_key, checked_key, filter_call_key, filter_call_objects
 from fastdispatch.warm.store import DEFAULT_MAX_BYTES, Store, WarmStartWarning, function_name
 
 # The thread's count of functions jax traced at top level (jax.monitoring's
@@ -38,11 +42,23 @@ def _count_trace(event, duration, **kwargs):
         _traces.count = getattr(_traces, "count", 0) + 1
 
 
+class Checked:
+    """A checked-mode key: its digest, and the trace it digests, whose compile
+    alone may be written under it."""
+
+    __slots__ = ("digest", "traced")
+
+    def __init__(self, digest: str, traced):
+        self.digest = digest
+        self.traced = traced
+
+
 class WarmStart:
     """The engine's view of the store: key, load, save (jit's hooks call these)."""
 
-    def __init__(self, store: Store):
+    def __init__(self, store: Store, checked: bool = False):
         self.store = store
+        self.checked = checked
         # Per function name: its loads, misses, writes, and the seconds its
         # loads took (warm_start_stats()["functions"], the --trace summary).
         self.functions = {}
@@ -56,9 +72,26 @@ class WarmStart:
         reason recorded)."""
         return self._key(fun, call_key, fun, options, signature)
 
+    def checked_key(self, fun, jitted, options, signature, args, kwargs):
+        """Checked mode: jax traces the call (``jitted.trace``, into jax's own
+        cache, where the compile of a miss finds it) and the key is the traced
+        program's (a Checked), or None: not stored (the reason recorded), or
+        the trace failed (the compile raises its error)."""
+        try:
+            traced = jitted.trace(*args, **kwargs)
+        except Exception:
+            _traces.fun = None
+            return None
+        digest = self._key(fun, checked_key, traced, options, signature)
+        return None if digest is None else Checked(digest, traced)
+
     def filter_key(self, fun, options, signature):
         """The store key of this filter_jit call of ``fun``, or None (the
         reason recorded); ``options`` as ``keys.filter_call_key`` takes them."""
+        if self.checked:
+            # equinox's own call traces it: its trace cannot be keyed first.
+            self.store.refuse(fun, "is a filter_jit function, not stored in checked mode")
+            return None
         return self._key(fun, filter_call_key, options, signature)
 
     def _key(self, fun, describe, *parts):
@@ -77,7 +110,12 @@ class WarmStart:
         fun, _traces.fun = getattr(_traces, "fun", None), None
         tally = self.tally(fun)
         began = time.perf_counter()
-        compiled = self.store.load(key, tally)
+        if type(key) is Checked:
+            # The trees are this process's trace's: they need not pickle.
+            trees = (jax.tree_util.tree_structure(key.traced.args_info), key.traced.out_tree)
+            compiled = self.store.load(key.digest, tally, trees)
+        else:
+            compiled = self.store.load(key, tally)
         if compiled is not None:
             with self.store._lock:
                 tally["load_seconds"] += time.perf_counter() - began
@@ -85,11 +123,18 @@ class WarmStart:
             _traces.pending = (key, getattr(_traces, "count", 0))
         return compiled
 
-    def save(self, key, compiled, fun, recipe=None):
+    def save(self, key, compiled, fun, recipe=None, traced=None):
         """Write ``compiled`` (and a front end's ``recipe``: plain data) under
-        ``key``, when jax traced it in this process."""
+        ``key``, when jax traced it in this process; in checked mode, when
+        it was compiled from ``traced``, the very trace the key digests."""
         pending = getattr(_traces, "pending", None)
         _traces.pending = None
+        if type(key) is Checked:
+            if traced is None or traced.jaxpr is not key.traced.jaxpr:
+                self.store.refuse(fun, "was compiled from another trace than the one keyed")
+                return
+            self.store.save(key.digest, compiled, fun, None, self.tally(fun), trees=False)
+            return
         if pending is None or pending[0] != key or getattr(_traces, "count", 0) <= pending[1]:
             # jax served this compile from a trace made earlier in this process
             # (before a global it reads may have changed): not written.
@@ -121,11 +166,22 @@ _current = None
 _listening = False
 
 
-def warm_start(directory, *, max_bytes: int = DEFAULT_MAX_BYTES, preload: bool = True, program=None):
+def warm_start(
+    directory,
+    *,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+    checked: bool = False,
+    preload: bool = True,
+    program=None,
+):
     """Keep every executable ``fastdispatch.jit`` and ``fastdispatch.filter_jit``
     compile in ``directory``, and load it there in later processes instead of
     tracing and compiling.
 
+    ``checked=True`` traces each call first and keys it on the traced program
+    (jit only): a load skips lowering and compiling, not tracing, and any
+    function that traces to a describable program is stored, whatever its
+    code reaches.  The two modes never read each other's files.
     ``max_bytes`` bounds the directory (least recently used files go first).
     ``None`` turns warm start off.  nnx.jit is not stored; a call whose key or
     (filter_jit) non-array outputs cannot be described stably is not either,
@@ -141,10 +197,11 @@ def warm_start(directory, *, max_bytes: int = DEFAULT_MAX_BYTES, preload: bool =
         return
     store = Store(directory, max_bytes)
     program = program if program is not None else preload_module.program_of_main()
-    if preload and program is not None:
+    # Checked mode's files load with the trees of this process's trace: not ahead of it.
+    if preload and not checked and program is not None:
         store.preloader = preload_module.Preloader(store, program)
         store.preloader.start()
-    current = WarmStart(store)
+    current = WarmStart(store, checked=bool(checked))
     if not _listening:
         jax.monitoring.register_event_duration_secs_listener(_count_trace)
         _listening = True
@@ -163,8 +220,8 @@ def wait_for_preload(timeout: float | None = None) -> bool:
 def warm_start_stats() -> dict | None:
     """None when warm start is off; else the store's directory, its counts
     (loaded (preloaded: of them, loaded in the background), missed, written,
-    damaged, not_written, evicted), whether it is
-    writable, ``not_stored``: per function, why its calls are not stored, and
+    damaged, not_written, evicted), whether it is writable and ``checked``,
+    ``not_stored``: per function, why its calls are not stored, and
     ``functions``: per function, the same counts of its own and the seconds
     its loads took (``load_seconds``)."""
     if _current is None:
@@ -173,6 +230,7 @@ def warm_start_stats() -> dict | None:
     with store._lock:
         return {
             "directory": store.directory,
+            "checked": _current.checked,
             "writable": store.writable,
             "max_bytes": store.max_bytes,
             **store.counts,
@@ -191,7 +249,12 @@ def summary() -> str:
     )
     if stats["preloaded"]:
         counts = counts.replace(" loaded,", f" loaded ({stats['preloaded']} in the background),", 1)
-    lines = [f"warm start ({stats['directory']}{'' if stats['writable'] else ', read-only'}): {counts}"]
+    where = (
+        stats["directory"]
+        + ("" if stats["writable"] else ", read-only")
+        + (", checked" if stats["checked"] else "")
+    )
+    lines = [f"warm start ({where}): {counts}"]
     for name, tally in sorted(stats["functions"].items()):
         lines.append(f"  {name}: {_function_line(tally)}")
     lines += [f"  {reason}" for reason in stats["not_stored"].values()]

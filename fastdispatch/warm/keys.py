@@ -13,6 +13,10 @@ It digests four things:
                axis names, device ids and spec) and committedness; the static
                arguments by content; jax's trace context at the call
 A part it cannot describe stably raises NotStored.
+
+In checked mode (``checked_key``) the function is keyed by its traced program
+instead: the jaxpr jax traced for the call, with its constants by content and
+every parameter of its lowering.
 """
 
 from __future__ import annotations
@@ -27,6 +31,8 @@ import types
 
 import jax
 import jaxlib
+import numpy as np
+from jax.extend.core import ClosedJaxpr, Jaxpr
 
 from fastdispatch import _jax
 from fastdispatch.warm import identity
@@ -273,3 +279,85 @@ def filter_call_key(options: dict, signature) -> str:
         context,
     )
     return hashlib.sha256(repr(described).encode()).hexdigest()
+
+
+def checked_key(traced, options: dict, signature) -> str:
+    """The store key (hex) in checked mode of a call of ``jit(fun, **options)``
+    that jax traced to ``traced`` (a jax.stages.Traced), with this
+    CallSignature; raises NotStored.
+
+    It covers what lowering and compiling read: the jaxpr as jax prints it
+    with every parameter of every equation (no pretty-printing shortcuts),
+    the effects and name stacks; the values of its constants, nested ones
+    included; the input and output avals with weak types and shardings;
+    lowering's parameters (shardings, layouts, donation, mesh, compiler
+    options); the call's leaves (their shardings and committedness resolve
+    unspecified input shardings); jax's trace context; the environment."""
+    closed = traced.jaxpr
+    if closed.jaxpr.is_high:
+        raise NotStored("traces to a jaxpr with high-level types (lowered another way)")
+    if traced._consts:
+        raise NotStored("passes its constants as arguments (jax_use_simplified_jaxpr_constants)")
+    if closed.effects:
+        raise NotStored(f"has effects ({', '.join(sorted(map(str, closed.effects)))})")
+    with np.printoptions(threshold=sys.maxsize):
+        text = closed.pretty_print(
+            source_info=False, name_stack=True, custom_pp_eqn_rules=False, print_effects=True
+        )
+    if " at 0x" in text:
+        # Every process prints another address: no key would ever match.
+        raise NotStored("traces to a jaxpr holding an object printed by its address")
+    names = _jax.trace_context_names()
+    context = tuple(zip(names, (_context_value(value) for value in signature.context)))
+    params = traced._params
+    described = (
+        "checked",
+        environment(),
+        hashlib.sha256(text.encode()).hexdigest(),
+        value_digest(tuple(_constants(closed, [])), "closes over"),
+        tuple(_aval(aval) for aval in (*closed.in_avals, *closed.out_avals)),
+        tuple((name, _lowering_param(params[name])) for name in sorted(params) if name != "jaxpr"),
+        options_digest(options),
+        tuple(_leaf(view) for view in signature.leaf_keys()),
+        context,
+    )
+    return hashlib.sha256(repr(described).encode()).hexdigest()
+
+
+def _constants(closed, found: list) -> list:
+    """The constants of a closed jaxpr and of every jaxpr in its equations'
+    parameters (a scan's body, a custom_jvp's call), in order."""
+    found.extend(closed.consts)
+    _nested_constants(closed.jaxpr, found)
+    return found
+
+
+def _nested_constants(jaxpr, found):
+    for eqn in jaxpr.eqns:
+        for value in eqn.params.values():
+            for item in value if isinstance(value, (tuple, list)) else (value,):
+                if isinstance(item, ClosedJaxpr):
+                    _constants(item, found)
+                elif isinstance(item, Jaxpr):
+                    _nested_constants(item, found)
+
+
+def _aval(aval) -> tuple:
+    return (str(aval), bool(getattr(aval, "weak_type", False)), repr(getattr(aval, "sharding", None)))
+
+
+def _lowering_param(value):
+    """One parameter of jax's lowering (a sharding, a layout, the mesh, a
+    flag), as stable data."""
+    if isinstance(value, (tuple, list)):
+        return tuple(_lowering_param(item) for item in value)
+    if _is_sharding(value):
+        return sharding_description(value, None)
+    if isinstance(value, jax.sharding.Mesh):
+        return ("mesh", "empty") if value.empty else _context_value(value)
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    text = repr(value)
+    if " at 0x" in text:
+        raise NotStored(f"is lowered with a parameter of type {type(value).__qualname__}")
+    return (type(value).__qualname__, text)

@@ -90,18 +90,21 @@ class Store:
 
     # -- reading ---------------------------------------------------------------
 
-    def load(self, key: str, tally: dict | None = None):
+    def load(self, key: str, tally: dict | None = None, trees=None):
         """What was saved under ``key``: the jax.stages.Compiled, or
         (Compiled, recipe) where ``save`` had a recipe; or None.  A key names
         one front end's call, so each front end reads back what it wrote.  The
         outcome ("loaded", "missed" or "damaged") is also counted in ``tally``;
-        a load the background preloader made is counted "preloaded" too."""
+        a load the background preloader made is counted "preloaded" too.
+        ``trees``: (input tree, output tree) for one saved without its own."""
         path = self.path(key)
-        loaded = None if self.preloader is None else self.preloader.take(key)
+        loaded = None
+        if self.preloader is not None and trees is None:
+            loaded = self.preloader.take(key)
         if loaded is not None:
             self._count("preloaded", tally=tally)
         else:
-            outcome, loaded = self.read(key)
+            outcome, loaded = self.read(key, trees)
             if outcome == "missed":
                 self._count("missed", tally=tally)
                 return None
@@ -117,7 +120,7 @@ class Store:
         self._count("loaded", tally=tally)
         return loaded
 
-    def read(self, key: str):
+    def read(self, key: str, trees=None):
         """``("loaded", what load returns)``, ``("missed", None)`` or
         ``("damaged", why)``: the file under ``key``, read and loaded onto its
         devices, counting and warning nothing (the preloader's thread calls it)."""
@@ -135,10 +138,11 @@ class Store:
         try:
             stored = pickle.loads(payload)
             devices = {device.id: device for device in jax.devices()}
+            in_tree, out_tree = (stored["in_tree"], stored["out_tree"]) if trees is None else trees
             compiled = serialize_executable.deserialize_and_load(
                 stored["executable"],
-                stored["in_tree"],
-                stored["out_tree"],
+                in_tree,
+                out_tree,
                 execution_devices=[devices[i] for i in stored["devices"]],
             )
             recipe = stored.get("recipe")
@@ -160,20 +164,24 @@ class Store:
 
     # -- writing ---------------------------------------------------------------
 
-    def save(self, key: str, compiled, fun, recipe=None, tally: dict | None = None) -> None:
+    def save(self, key: str, compiled, fun, recipe=None, tally: dict | None = None, trees=True) -> None:
         """Write ``compiled`` (of ``fun``), and ``recipe`` when given, under
         ``key``: atomically, then bound the store; "written" (or "not_written")
-        is also counted in ``tally``.  Never raises: a store that cannot take
-        it is left as it is."""
+        is also counted in ``tally``.  ``trees=False``: without its input and
+        output trees, which the loading process supplies (checked mode: its
+        trace's; their node data need not pickle).  Never raises: a store that
+        cannot take it is left as it is."""
         if not self.writable:
             return
         try:
             serialized, in_tree, out_tree = serialize_executable.serialize(compiled)
-            if recipe is not None:
+            if recipe is not None or not trees:
                 # The recipe rebuilds the result: jax's output tree (equinox's
                 # holds whatever the trace returned, which need not pickle) is
                 # kept as a flat list of as many leaves.
                 out_tree = jax.tree_util.tree_structure([0] * out_tree.num_leaves)
+            if not trees:
+                in_tree = jax.tree_util.tree_structure([0] * in_tree.num_leaves)
             stored = {
                 "executable": serialized,
                 "in_tree": in_tree,

@@ -7,7 +7,10 @@ when jax traces it (its body runs only then): a print reaches nothing the
 store's key reads, where a counter in a global dict would be part of the key.
 
 Every change named in DEFAULTS changes exactly one function's identity or
-call, or (x64, devices, jax_version) the whole environment."""
+call, or (x64, devices, jax_version) the whole environment.  ``checked``
+turns on checked mode; ``opaque`` adds a tenth function, ``opaque``, closing
+over an object the identity digest refuses.  ``events`` in the report counts
+jax's traces, lowerings and compiles per function name."""
 
 import functools
 import json
@@ -49,10 +52,27 @@ from configs import Config  # noqa: E402
 import fastdispatch  # noqa: E402
 
 if not os.environ.get("FASTDISPATCH_WARM_START"):
-    fastdispatch.warm_start(store)
+    fastdispatch.warm_start(store, checked=cfg.get("checked", False))
 if cfg.get("await_preload"):
     jax.devices()  # the program starts jax's backends: the preloader begins
     assert fastdispatch.warm.wait_for_preload(120)
+
+EVENTS = {
+    "/jax/core/compile/jaxpr_trace_duration": "traces",
+    "/jax/core/compile/jaxpr_to_mlir_module_duration": "lowerings",
+    "/jax/core/compile/backend_compile_duration": "compiles",
+}
+events = {}  # function name -> {"traces": n, "lowerings": n, "compiles": n}
+
+
+def count_event(event, duration, fun_name="", **kwargs):
+    if event in EVENTS:
+        name = fun_name.removeprefix("jit(").removesuffix(")")  # lowering's module name: jit(name)
+        counts = events.setdefault(name, dict.fromkeys(EVENTS.values(), 0))
+        counts[EVENTS[event]] += 1
+
+
+jax.monitoring.register_event_duration_secs_listener(count_event)
 
 GLOBAL_W = jnp.array(cfg["w"])
 CONFIG = Config(scale=cfg["scale"], depth=3)
@@ -119,6 +139,28 @@ def printing(x):
     return x * 2
 
 
+class Scale:
+    """An object the identity digest cannot describe: a user class with an
+    __eq__ of its own."""
+
+    def __init__(self, factor):
+        self.factor = factor
+
+    def __eq__(self, other):
+        return isinstance(other, Scale) and self.factor == other.factor
+
+    __hash__ = None
+
+
+def make_opaque(scale):
+    @fastdispatch.jit
+    def opaque(x):
+        print("TRACED opaque")
+        return x * scale.factor
+
+    return opaque
+
+
 x = jnp.arange(3.0)
 xn = np.arange(3.0)
 d = jnp.ones(3)
@@ -133,6 +175,8 @@ results = {
     "donated": donated(d, x).tolist(),
     "printing": printing(x).tolist(),
 }
+if cfg.get("opaque"):
+    results["opaque"] = make_opaque(Scale(cfg["closure"]))(x).tolist()
 jax.effects_barrier()
 # A second call of each: an ordinary cache entry now, loaded or compiled.
 results["again"] = [body(x + 1).tolist(), static(x + 1, cfg["n"]).tolist()]
@@ -148,6 +192,8 @@ expected = {
     "printing": (xn * 2).tolist(),
     "again": [(xn + 1 + cfg["add"]).tolist(), ((xn + 1) ** cfg["n"]).tolist()],
 }
+if cfg.get("opaque"):
+    expected["opaque"] = (xn * cfg["closure"]).tolist()
 print(
     json.dumps(
         {
@@ -155,6 +201,7 @@ print(
             "expected": expected,
             "donated_deleted": d.is_deleted(),
             "stats": fastdispatch.warm_start_stats(),
+            "events": events,
         }
     )
 )

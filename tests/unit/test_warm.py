@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
+import sys
 import threading
 
 import jax
@@ -278,3 +279,62 @@ def test_the_manifest_names_a_program_s_latest_keys(tmp_path):
         assert f.read() == "b\na\nc\n"
     # Without a thread started (no keys to load, or none taken), take says so.
     assert preloader.take("c") is None and preloader.join(0)
+
+
+def test_checked_mode_keys_the_traced_program(tmp_path, capsys, monkeypatch):
+    scale = Opaque()  # refused by the identity digest: checked mode stores it
+    scale.factor = 3.0
+
+    def f(x):
+        print("TRACED")
+        return x * scale.factor + ARRAY
+
+    jitted = fastdispatch.jit(f)
+    jitted(jnp.ones(3))  # jax keeps this trace: checked mode keys it, and writes
+    fastdispatch.warm_start(tmp_path, checked=True)
+    try:
+        jitted._clear_cache()  # ours only: jax's trace serves the next miss
+        assert jitted(jnp.ones(3)).tolist() == [3.0, 4.0, 5.0]
+        assert fastdispatch.warm_start_stats()["written"] == 1
+        jitted.clear_cache()  # ours and jax's: traced again, then loaded
+        assert jitted(jnp.ones(3)).tolist() == [3.0, 4.0, 5.0]
+        stats = fastdispatch.warm_start_stats()
+        assert (stats["checked"], stats["loaded"], stats["written"], stats["not_stored"]) == (True, 1, 1, {})
+        assert traced_times(capsys) == 2  # before warm start, and for the load's key
+        # A closed-over value, a global array, a weak type: each another program.
+        for change in (
+            lambda: setattr(scale, "factor", 4.0),
+            lambda: monkeypatch.setattr(sys.modules[__name__], "ARRAY", np.arange(3.0) + 1),
+        ):
+            change()
+            jitted.clear_cache()
+            expected = (np.ones(3) * scale.factor + ARRAY).tolist()
+            assert jitted(jnp.ones(3)).tolist() == expected
+        assert jitted(2.0).tolist() == (2.0 * scale.factor + ARRAY).tolist()  # weak f32[]
+        jitted.clear_cache()
+        assert jitted(jnp.float32(2.0)).tolist() == (2.0 * scale.factor + ARRAY).tolist()  # f32[]
+        stats = fastdispatch.warm_start_stats()
+        assert (stats["loaded"], stats["written"]) == (1, 5)
+        # After a load, jax.jit's own path (it holds the trace, not the
+        # executable) compiles and runs the same program.
+        jitted.clear_cache()
+        jitted(jnp.ones(3))
+        assert stats["loaded"] + 1 == fastdispatch.warm_start_stats()["loaded"]
+        assert jitted.lower(jnp.ones(3)).compile()(jnp.ones(3)).tolist() == expected
+    finally:
+        fastdispatch.warm_start(None)
+
+
+def test_checked_mode_refuses_effects(tmp_path):
+    def f(x):
+        jax.debug.print("x {x}", x=x)
+        return x
+
+    fastdispatch.warm_start(tmp_path, checked=True)
+    try:
+        fastdispatch.jit(f)(jnp.ones(2))
+        jax.effects_barrier()
+        (reason,) = fastdispatch.warm_start_stats()["not_stored"].values()
+        assert "has effects" in reason
+    finally:
+        fastdispatch.warm_start(None)
