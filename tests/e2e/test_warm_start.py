@@ -288,3 +288,57 @@ def test_several_devices_load_onto_the_executable_s_own(tmp_path):
     second = run(tmp_path, devices=2)
     assert second["traced"] == collections.Counter(["printing"])
     assert second["stats"]["loaded"] == len(STORED)
+
+
+SHARDED_PROGRAM = """\
+import json, sys
+import jax
+jax.config.update("jax_num_cpu_devices", 8)
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+import fastdispatch
+
+fastdispatch.warm_start(sys.argv[1])
+mesh = Mesh(np.array(jax.devices()), ("data",))
+rows, replicated = NamedSharding(mesh, P("data")), NamedSharding(mesh, P())
+
+
+@fastdispatch.jit
+def step(w, x):
+    print("TRACED step")
+    loss = jnp.mean((x @ w) ** 2)
+    return w - 0.1 * jax.grad(lambda w: jnp.mean((x @ w) ** 2))(w), loss
+
+
+w = jax.device_put(jnp.eye(4), replicated)
+losses = []
+for i in range(3):
+    x = jax.device_put(jnp.arange(32.0).reshape(8, 4) / (10.0 + i), rows)
+    w, loss = step(w, x)
+    losses.append(float(loss))
+print(json.dumps({"losses": losses, "w": np.asarray(w).tolist(), "sharding": str(w.sharding.spec),
+                  "stats": fastdispatch.warm_start_stats()}))
+"""
+
+
+def test_sharded_inputs_over_eight_devices_load_with_their_shardings(tmp_path):
+    (tmp_path / "sharded.py").write_text(SHARDED_PROGRAM)
+
+    def sharded_run():
+        proc = subprocess.run(
+            [sys.executable, str(tmp_path / "sharded.py"), str(tmp_path / "store")],
+            capture_output=True,
+            text=True,
+            timeout=180,
+            env=environment(),
+        )
+        assert proc.returncode == 0, proc.stderr
+        return proc.stdout.count("TRACED step"), json.loads(proc.stdout.strip().splitlines()[-1])
+
+    traced, first = sharded_run()
+    assert traced == 1 and first["stats"]["written"] == 1
+    traced, second = sharded_run()
+    assert traced == 0 and second["stats"]["loaded"] == 1
+    for name in ("losses", "w", "sharding"):
+        assert second[name] == first[name], name
