@@ -24,6 +24,8 @@ Private names used, all read here only:
   JitWrapped._jit_info                    jax.jit's resolved static/donated arguments
   jax.stages.Compiled._executable         the pxla.MeshExecutable behind a Compiled
   MeshExecutable.xla_executable           jaxlib LoadedExecutable (execute_sharded)
+  MeshExecutable._unloaded_executable.device_list
+                                          its device assignment, every process's (warm start)
   MeshExecutable.unsafe_call              pxla.ExecuteReplicated: out_handler.handlers,
                                           kept_var_idx, ordered_effects,
                                           has_unordered_effects, has_host_callbacks, mut,
@@ -340,9 +342,13 @@ def executable_parts(compiled) -> ExecutableParts:
 
 
 def executable_device_ids(compiled) -> tuple:
-    """The ids of the devices ``compiled`` runs on, in its order: what
-    deserializing it must be given (all of the backend's, by default, which
-    is wrong for an executable of one device among several)."""
+    """The ids of the devices ``compiled`` runs on, in its device assignment's
+    order, every process's (jax.distributed): what deserializing it must be
+    given (all of the backend's, by default, which is wrong for an executable
+    of one device among several)."""
+    unloaded = compiled._executable._unloaded_executable
+    if unloaded is not None:
+        return tuple(device.id for device in unloaded.device_list)
     return tuple(device.id for device in compiled._executable.xla_executable.local_devices())
 
 

@@ -457,3 +457,9 @@ def test_axis_env_parts_of_the_trace_context():
     (env,) = [value for value in _jax.trace_context() if _jax.axis_env_parts(value) is not None]
     assert _jax.axis_env_parts(env) == ((), (), ())
     assert _jax.axis_env_parts(None) is None and _jax.axis_env_parts(()) is None
+
+
+def test_executable_device_ids_follow_its_device_assignment():
+    device = jax.devices()[-1]
+    compiled = jax.jit(lambda x: x + 1).lower(jax.device_put(jnp.ones(2), device)).compile()
+    assert _jax.executable_device_ids(compiled) == (device.id,)
