@@ -23,7 +23,7 @@ import jax
 from fastdispatch import _engine, _jax
 from fastdispatch.warm import outputs
 from fastdispatch.warm.identity import NotStored
-from fastdispatch.warm.keys import call_key, filter_call_key, filter_call_objects
+from fastdispatch.warm.keys import call_key, filter_call_key, filter_call_objects, nnx_call_key
 from fastdispatch.warm.store import DEFAULT_MAX_BYTES, Store, WarmStartWarning, function_name
 
 # The thread's count of functions jax traced at top level (jax.monitoring's
@@ -60,6 +60,11 @@ class WarmStart:
         reason recorded); ``options`` as ``keys.filter_call_key`` takes them."""
         return self._key(fun, filter_call_key, options, signature)
 
+    def nnx_key(self, fun, options, signature, static_args, node_types):
+        """The store key of this nnx.jit call of ``fun``, or None (the reason
+        recorded); the parts as ``keys.nnx_call_key`` takes them."""
+        return self._key(fun, nnx_call_key, fun, options, signature, static_args, node_types)
+
     def _key(self, fun, describe, *parts):
         _traces.fun = fun  # for the load that follows, on this thread
         try:
@@ -84,9 +89,10 @@ class WarmStart:
             _traces.pending = (key, getattr(_traces, "count", 0))
         return compiled
 
-    def save(self, key, compiled, fun, recipe=None):
+    def save(self, key, compiled, fun, recipe=None, flat_inputs=False):
         """Write ``compiled`` (and a front end's ``recipe``: plain data) under
-        ``key``, when jax traced it in this process."""
+        ``key``, when jax traced it in this process; ``flat_inputs``: its
+        input tree as a flat tuple (nnx.jit's holds GraphDefs, not data)."""
         pending = getattr(_traces, "pending", None)
         _traces.pending = None
         if pending is None or pending[0] != key or getattr(_traces, "count", 0) <= pending[1]:
@@ -94,7 +100,7 @@ class WarmStart:
             # (before a global it reads may have changed): not written.
             self.store.refuse(fun, "was compiled from a trace jax made earlier in this process")
             return
-        self.store.save(key, compiled, fun, recipe, self.tally(fun))
+        self.store.save(key, compiled, fun, recipe, self.tally(fun), flat_inputs)
 
     def refuse(self, fun, reason: str):
         """``fun``'s compile is not written, for ``reason`` (a front end's)."""
@@ -114,6 +120,23 @@ class WarmStart:
             self.refuse(fun, f"has outputs that failed to describe ({type(error).__name__}: {error})")
         else:
             self.save(key, compiled, fun, recipe)
+
+    def save_nnx(self, key, compiled, fun, out_treedef, first_output):
+        """Write an nnx.jit compile whose executable keeps every graph it is
+        given, with the function's own output structure ``out_treedef`` (its
+        leaves the executable's outputs from ``first_output`` on), described
+        as plain data (warm/outputs.py); the graphs' outputs are the call's
+        own GraphDefs again, derived from the arguments when loaded."""
+        n = out_treedef.num_leaves
+        try:
+            sources = range(first_output, first_output + n)
+            recipe = ("nnx", outputs.describe(out_treedef, sources, [None] * n, []))
+        except NotStored as refusal:
+            self.refuse(fun, str(refusal))
+        except Exception as error:  # never let the store break a call
+            self.refuse(fun, f"has outputs that failed to describe ({type(error).__name__}: {error})")
+        else:
+            self.save(key, compiled, fun, recipe, flat_inputs=True)
 
 
 _current = None

@@ -140,11 +140,15 @@ class Store:
 
     # -- writing ---------------------------------------------------------------
 
-    def save(self, key: str, compiled, fun, recipe=None, tally: dict | None = None) -> None:
+    def save(
+        self, key: str, compiled, fun, recipe=None, tally: dict | None = None, flat_inputs=False
+    ) -> None:
         """Write ``compiled`` (of ``fun``), and ``recipe`` when given, under
         ``key``: atomically, then bound the store; "written" (or "not_written")
-        is also counted in ``tally``.  Never raises: a store that cannot take
-        it is left as it is."""
+        is also counted in ``tally``.  ``flat_inputs``: the input tree is kept
+        as a flat tuple of as many leaves (the front end feeds the executable
+        its flat inputs itself).  Never raises: a store that cannot take it is
+        left as it is."""
         if not self.writable:
             return
         try:
@@ -154,6 +158,8 @@ class Store:
                 # holds whatever the trace returned, which need not pickle) is
                 # kept as a flat list of as many leaves.
                 out_tree = jax.tree_util.tree_structure([0] * out_tree.num_leaves)
+            if flat_inputs:
+                in_tree = jax.tree_util.tree_structure(((0,) * in_tree.num_leaves, {}))
             stored = {
                 "executable": serialized,
                 "in_tree": in_tree,
