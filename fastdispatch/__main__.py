@@ -330,7 +330,9 @@ def run_file(script):
     module.__builtins__ = builtins
     sys.modules["__main__"] = module
     with open(path, "rb") as f:
-        code = compile(f.read(), path, "exec")
+        # dont_inherit: not this module's `from __future__ import annotations`
+        # (python compiles a script with none; and its code, warm start's key).
+        code = compile(f.read(), path, "exec", dont_inherit=True)
     exec(code, module.__dict__)
 
 
