@@ -11,8 +11,9 @@ function prints ``TRACED name`` when jax traces it.
 
 Each change in DEFAULTS changes exactly one function: ``add`` its source (the
 test writes it), ``closure`` a closure cell, ``power`` and ``flag`` a static
-attribute (an int, a Python flag) of a Module argument, of a class of the
-test's modules.py."""
+attribute (an int, a Python flag) of a Module argument.  The Module classes
+live in the test's modules.py: a class's module source is part of the key of
+every call on it, so editing this file must not touch them."""
 
 import json
 import sys
@@ -22,7 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 from flax import nnx
-from modules import Scaled  # written by the test, beside this program
+from modules import MLP, CountingMLP, Net, Scaled  # written by the test, beside this program
 
 cfg = json.loads(sys.argv[1])
 DEFAULTS = dict(add=2.0, closure=3.0, power=2, flag=True, direct=False)
@@ -36,39 +37,6 @@ if cfg["direct"]:
     jit = fnnx.jit
 else:
     jit = nnx.jit  # fastdispatch's under python -m fastdispatch
-
-
-class MLP(nnx.Module):
-    def __init__(self, rngs):
-        self.linear1 = nnx.Linear(4, 16, rngs=rngs)
-        self.linear2 = nnx.Linear(16, 2, rngs=rngs)
-
-    def __call__(self, x):
-        return self.linear2(nnx.relu(self.linear1(x)))
-
-
-class CountingMLP(MLP):
-    """Counts its calls in a raw array attribute, updated in the step.  (Not
-    through nnx.cached_partial: flax's static cache takes every leaf for a
-    Variable.)"""
-
-    def __init__(self, rngs):
-        super().__init__(rngs)
-        self.calls = jnp.zeros((), jnp.int32)
-
-    def __call__(self, x):
-        self.calls = self.calls + 1
-        return super().__call__(x)
-
-
-class Net(nnx.Module):
-    def __init__(self, rngs):
-        self.linear = nnx.Linear(4, 8, rngs=rngs)
-        self.bn = nnx.BatchNorm(8, rngs=rngs)
-        self.dropout = nnx.Dropout(0.5, rngs=rngs)
-
-    def __call__(self, x):
-        return self.dropout(self.bn(self.linear(x)))
 
 
 def loss_and_update(model, optimizer, x, y):

@@ -44,6 +44,39 @@ import jax.numpy as jnp
 from flax import nnx
 
 
+class MLP(nnx.Module):
+    def __init__(self, rngs):
+        self.linear1 = nnx.Linear(4, 16, rngs=rngs)
+        self.linear2 = nnx.Linear(16, 2, rngs=rngs)
+
+    def __call__(self, x):
+        return self.linear2(nnx.relu(self.linear1(x)))
+
+
+class CountingMLP(MLP):
+    # Counts its calls in a raw array attribute, updated in the step.  (Not
+    # through nnx.cached_partial: flax's static cache takes every leaf for a
+    # Variable.)
+
+    def __init__(self, rngs):
+        super().__init__(rngs)
+        self.calls = jnp.zeros((), jnp.int32)
+
+    def __call__(self, x):
+        self.calls = self.calls + 1
+        return super().__call__(x)
+
+
+class Net(nnx.Module):
+    def __init__(self, rngs):
+        self.linear = nnx.Linear(4, 8, rngs=rngs)
+        self.bn = nnx.BatchNorm(8, rngs=rngs)
+        self.dropout = nnx.Dropout(0.5, rngs=rngs)
+
+    def __call__(self, x):
+        return self.dropout(self.bn(self.linear(x)))
+
+
 class Scaled(nnx.Module):
     def __init__(self, power, flag):
         self.w = nnx.Param(jnp.ones(3))
@@ -126,7 +159,9 @@ def test_what_cannot_be_stored_is_compiled_with_its_reason(filled, program):
     stock = filled[2]
     for report in (filled[1], run(program)):
         not_stored = report["stats"]["not_stored"]
-        assert "shifted reads the global SETTINGS, an object of type __main__.Settings" in not_stored["shifted"]
+        assert (
+            "shifted reads the global SETTINGS, an object of type __main__.Settings" in not_stored["shifted"]
+        )
         assert not_stored["grows"].startswith("not stored: grows is run by flax's own call")
         assert report["results"]["shifted"] == stock["results"]["shifted"]
         assert report["results"]["grows"] == stock["results"]["grows"]
