@@ -53,7 +53,7 @@ options:
                         each writes FILE.processN.json, N its process index
   --warm-start DIR      keep every executable jit compiles in DIR, and in later
                         runs load it from there instead of tracing and
-                        compiling (jit, jax.jit, filter_jit; not nnx.jit)
+                        compiling (jit, jax.jit, filter_jit, nnx.jit)
   --warm-start-max-bytes N
                         bound DIR to N bytes, least recently used first
                         (default 1 GiB)

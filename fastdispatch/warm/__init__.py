@@ -3,8 +3,8 @@
     fastdispatch.warm_start("~/.cache/myprog")      # or FASTDISPATCH_WARM_START=DIR,
                                                      # or python -m fastdispatch --warm-start DIR
 
-Every executable ``fastdispatch.jit`` and ``fastdispatch.filter_jit`` compile
-is written to the store
+Every executable ``fastdispatch.jit``, ``fastdispatch.filter_jit`` and
+``fastdispatch.nnx.jit`` compile is written to the store
 (warm/store.py) under a key (warm/keys.py) that covers the call's signature,
 the function's identity (warm/identity.py: its code and everything it reaches)
 and the environment.  In a later process, a miss computes the key before
@@ -144,14 +144,15 @@ _listening = False
 
 
 def warm_start(directory, *, max_bytes: int = DEFAULT_MAX_BYTES):
-    """Keep every executable ``fastdispatch.jit`` and ``fastdispatch.filter_jit``
-    compile in ``directory``, and load it there in later processes instead of
-    tracing and compiling.
+    """Keep every executable ``fastdispatch.jit``, ``fastdispatch.filter_jit``
+    and ``fastdispatch.nnx.jit`` compile in ``directory``, and load it there in
+    later processes instead of tracing and compiling.
 
     ``max_bytes`` bounds the directory (least recently used files go first).
-    ``None`` turns warm start off.  nnx.jit is not stored; a call whose key or
-    (filter_jit) non-array outputs cannot be described stably is not either,
-    and ``warm_start_stats()["not_stored"]`` says why (docs/warm-start.md)."""
+    ``None`` turns warm start off.  A call whose key or (filter_jit) non-array
+    outputs cannot be described stably is not stored, nor an nnx.jit call whose
+    executable changes its graph (new Variables, modules, static attributes);
+    ``warm_start_stats()["not_stored"]`` says why (docs/warm-start.md)."""
     global _current, _listening
     if directory is None:
         _engine.set_warm_store(None)
