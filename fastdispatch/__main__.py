@@ -57,7 +57,7 @@ options:
                         each writes FILE.processN.json, N its process index
   --warm-start DIR      keep every executable jit compiles in DIR, and in later
                         runs load it from there instead of tracing and
-                        compiling (jit, jax.jit, filter_jit; not nnx.jit)
+                        compiling (jit, jax.jit, filter_jit, nnx.jit)
   --warm-start-max-bytes N
                         bound DIR to N bytes, least recently used first
                         (default 1 GiB)
@@ -346,7 +346,9 @@ def run_file(script):
     module.__builtins__ = builtins
     sys.modules["__main__"] = module
     with open(path, "rb") as f:
-        code = compile(f.read(), path, "exec")
+        # dont_inherit: not this module's `from __future__ import annotations`
+        # (python compiles a script with none; and its code, warm start's key).
+        code = compile(f.read(), path, "exec", dont_inherit=True)
     exec(code, module.__dict__)
 
 

@@ -24,7 +24,8 @@ takes these steps, in this order:
 A front end is one Engine subclass that supplies its hooks: ``dispatch``,
 ``slow_call``, ``build`` and, where it guards more than the signature,
 ``remember`` and ``handed_off``; ``returned`` for a post hook; ``warm_key``
-and ``build_loaded`` where its executables can be stored (jit's, filter_jit's).
+and ``build_loaded`` where its executables can be stored (jit's, filter_jit's;
+nnx.jit's misses are flax's calls, so its own ``_miss`` looks in the store).
 """
 from cpython.object cimport PyObject
 from cpython.ref cimport Py_INCREF, Py_XDECREF
@@ -344,7 +345,7 @@ cdef class Engine:
 
     cdef object warm_key(self, Call* call, CallSignature signature, object store):
         """The store key of this call (``store.key(...)``), or None: not stored
-        (the front ends whose executables are not stored: nnx.jit)."""
+        (nnx.jit's misses do not come here: its ``_miss`` keys flax's split)."""
         return None
 
     cdef tuple build_loaded(self, Call* call, CacheEntry entry, list leaves, object loaded):

@@ -69,8 +69,9 @@ cdef class NnxJitFunction(Engine):
     cdef readonly object flax_function  # flax's own nnx.jit of the function: misses and fallbacks
     cdef readonly object jitted         # its jax.jit (jax's own): the source of executables
     cdef readonly bint fast             # graph mode with graph updates, no sharding prefixes
-    # fastdispatch.nnx.miss(function, args, kwargs, holding): flax's call, and
-    # the graph it left as plain data for a Record (or why none)
+    # fastdispatch.nnx.miss(function, args, kwargs, holding, warm store): flax's
+    # call, and the graph it left as plain data for a Record (or why none); or,
+    # with warm start, the graph of an executable loaded from the store
     cdef object flax_miss
     cdef tuple records                  # Record, most recently used first
     # A call whose graph no record can serve (why not: `refusal`) leaves its
@@ -86,4 +87,5 @@ cdef class NnxJitFunction(Engine):
     cdef object __weakref__
 
     cdef object _miss(self, Call* call, Record holding, CallTimes* times)
+    cdef Record _add_record(self, object graph, CacheEntry entry)
     cdef CacheEntry _new_entry(self, object graph)

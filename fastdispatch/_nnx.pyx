@@ -32,7 +32,7 @@ from fastdispatch._cache cimport CacheEntry, CompiledFunctionCache
 from fastdispatch._clock cimport now_ns
 from fastdispatch._engine cimport (
     AT_FOUND, Call, CallTimes, Engine, ended, python_call, reached, trace_context,
-    trace_state_clean)
+    trace_state_clean, warm_store)
 from fastdispatch._execute cimport Executable, make_executable
 from fastdispatch._outputs cimport Outputs
 from fastdispatch._pytree cimport TreeDef, flatten_into
@@ -448,14 +448,24 @@ cdef class NnxJitFunction(Engine):
         cdef tuple args = <tuple>call.args
         cdef dict kwargs = <dict>call.kwargs
         reached(times, AT_FOUND, self.library, _NEW_GRAPH)
-        try:
-            out, graph, refusal = self.flax_miss(self, args, kwargs, holding)
-        except BaseException:
-            ended(call, times, False, 0, _NEW_GRAPH, None)
-            raise
         cdef CacheEntry entry = None
         cdef bint compiled = False
         cdef Record record = None
+        try:
+            out, graph, refusal, loaded = self.flax_miss(self, args, kwargs, holding, warm_store())
+            if loaded:
+                # Warm start: an executable from the store, for the graph as
+                # flax's split found it; it runs as a hit (a Record's write-back).
+                entry = self.executables.find(graph.signature)
+                if entry is None:
+                    entry = self._new_entry(graph)
+                if entry.executable is None:
+                    out, graph, refusal, loaded = self.flax_miss(self, args, kwargs, holding, None)
+        except BaseException:
+            ended(call, times, False, 0, _NEW_GRAPH, None)
+            raise
+        if loaded:
+            return self.run(call, entry, self._add_record(graph, entry), graph.leaves, times)
         if graph is not None:
             entry = self.executables.find(graph.signature)
             if entry is None:
@@ -464,19 +474,23 @@ cdef class NnxJitFunction(Engine):
             if entry.executable is None:
                 refusal = entry.slow_reason
             else:
-                record = Record(graph.nargs, graph.kwnames, graph.inputs, graph.statics,
-                                graph.guards, graph.slots, entry, graph.signature,
-                                graph.out_treedef)
-        if record is not None:
-            self.records = ((record,) + self.records)[:MAX_RECORDS]
-            self.refused, self.refusal_repeated = None, False
-        else:
+                record = self._add_record(graph, entry)
+        if record is None:
             key = _arguments_key(args, kwargs)
             self.refusal_repeated = self.refused == key and self.refusal == refusal
             self.refused, self.refusal, self.refusals = key, refusal, 0
         ended(call, times, False, now_ns() - times.found if compiled else 0,
               None if compiled else _NEW_GRAPH, entry.signature if record is not None else None)
         return out
+
+    cdef Record _add_record(self, object graph, CacheEntry entry):
+        """The Record of ``graph`` running ``entry``'s executable, first in line."""
+        cdef Record record = Record(graph.nargs, graph.kwnames, graph.inputs, graph.statics,
+                                    graph.guards, graph.slots, entry, graph.signature,
+                                    graph.out_treedef)
+        self.records = ((record,) + self.records)[:MAX_RECORDS]
+        self.refused, self.refusal_repeated = None, False
+        return record
 
     cdef CacheEntry _new_entry(self, object graph):
         """The entry of the executable flax's jax.jit just compiled for ``graph``."""

@@ -42,6 +42,7 @@ import time
 import warnings
 from typing import NamedTuple
 
+import flax
 import jax
 from flax.nnx import extract as _extract
 from flax.nnx import graphlib as _graphlib
@@ -64,6 +65,7 @@ from fastdispatch._nnx import (
     VariableGuard,
 )
 from fastdispatch._reasons import NotFast
+from fastdispatch.warm import outputs as _outputs
 
 __all__ = ["NnxJitFunction", "jit"]
 
@@ -121,38 +123,170 @@ def jit(
     fast = type(flax_function) is _compilation.JitWrapped and in_shardings is None and out_shardings is None
     function = NnxJitFunction(flax_function, flax_function.jitted_fn if fast else None, fast, miss)
     functools.update_wrapper(function, fun)
+    # What a warm-start key adds (warm/keys.py's nnx_call_key): flax's version
+    # (its split, JitFn and merge) and the options, graph modes resolved.
+    options.update(graph=True, graph_updates=True, flax=flax.__version__)
+    function._warm_options = options
     return function
 
 
 # -- a call flax runs ---------------------------------------------------------------
 
 
-def miss(function, args, kwargs, holding):
+def miss(function, args, kwargs, holding, store=None):
     """A call the fast path has no executable for, as flax makes it: its split,
     its jax.jit (which traces and compiles a new structure), then its merge; or,
     when ``holding`` (a Record) proves the call's graph is the recorded one and
     the executable keeps the graph, a write-back into that record's slots, which
     leaves the graph's objects (and every record of them) as they are.  Returns
-    ``(output, graph, refusal)``: a Graph (plain data) from which the engine
-    makes the entry and the Record for the next call on the graph left behind,
-    or None and why no record can be made."""
+    ``(output, graph, refusal, loaded)``: a Graph (plain data) from which the
+    engine makes the entry and the Record for the next call on the graph left
+    behind, or None and why no record can be made.
+
+    With warm start on (``store``, a fastdispatch.warm.WarmStart), the split's
+    key is looked up before anything is traced: an executable stored under it
+    gives ``(None, graph, None, True)``, a Graph of the graph as the split
+    found it, for the engine to run as a hit (a Record's write-back, as on
+    every later call); else the compile is written under the key when its
+    executable keeps every graph (the one pattern a Record serves)."""
     flax_function = function.flax_function
+    key = loaded = None
     with _graphlib.update_context(flax_function):
         before = flax_function._get_pure_args_kwargs(args, kwargs)
-        began = time.perf_counter()
-        outputs = flax_function.jitted_fn(*before[0], **before[1])
-        seconds = time.perf_counter() - began
-        kept = holding is not None and _keeps_graph(outputs, before, holding)
-        if kept:
-            holding.write_slots(jax.tree_util.tree_leaves(outputs))
-            out = outputs[2]
-        else:
-            out = flax_function._get_non_pure_out(*outputs)
+        if store is not None:
+            key, loaded = _warm_lookup(function, args, before, store)
+        if loaded is None:
+            began = time.perf_counter()
+            outputs = flax_function.jitted_fn(*before[0], **before[1])
+            seconds = time.perf_counter() - began
+            kept = holding is not None and _keeps_graph(outputs, before, holding)
+            if kept:
+                holding.write_slots(jax.tree_util.tree_leaves(outputs))
+                out = outputs[2]
+            else:
+                out = flax_function._get_non_pure_out(*outputs)
+    if loaded is not None:
+        graph = _warm_graph(function, args, kwargs, before, loaded, store)
+        if graph is not None:
+            return None, graph, None, True
+        return miss(function, args, kwargs, holding, None)  # flax's call, not written again
     try:
         graph = _graph(function, args, kwargs, before, seconds, holding if kept else None)
     except NotFast as refusal:
-        return out, None, refusal.reason
-    return out, graph, None
+        if key is not None:
+            store.refuse(flax_function.fun, f"is run by flax's own call: {refusal.reason}")
+        return out, None, refusal.reason, False
+    if key is not None:
+        _warm_save(function, key, graph, before, store)
+    return out, graph, None, False
+
+
+# -- warm start ----------------------------------------------------------------------
+
+
+def _warm_parts(function, args, before):
+    """(signature, static arguments, node types) of a split call, for its key."""
+    statics = _static_positions(function, args)
+    leaves, treedef = _dynamic_leaves(before, statics)
+    signature = _nnx.signature_of(treedef, leaves)
+    pure_args, pure_kwargs = before
+    static_args = tuple(
+        (position, pure_args[position] if type(position) is int else pure_kwargs[position])
+        for position in sorted(statics, key=repr)
+        if (type(position) is int and position < len(pure_args)) or position in pure_kwargs
+    )
+    node_types = []
+    for states in _node_states(before):
+        for node in states.graphdef.nodes:
+            kind = getattr(node, "type", None)
+            if isinstance(kind, type) and kind not in node_types:
+                node_types.append(kind)
+    return signature, static_args, tuple(node_types)
+
+
+def _warm_lookup(function, args, before, store):
+    """(key, loaded) of a split call: its key (None: not stored, the reason
+    recorded), and what the store holds under it (None: nothing)."""
+    fun = function.flax_function.fun
+    try:
+        parts = _warm_parts(function, args, before)
+    except TypeError:  # a leaf the dispatcher does not key: flax's call runs it anyway
+        store.refuse(fun, "takes an argument leaf the dispatcher does not key")
+        return None, None
+    key = store.nnx_key(fun, function._warm_options, *parts)
+    return key, None if key is None else store.load(key)
+
+
+def _warm_graph(function, args, kwargs, before, loaded, store):
+    """The Graph of the graph as the split found it (``before``), running the
+    executable ``loaded`` from the store; None when it does not fit the call
+    (the reason recorded)."""
+    began = time.perf_counter()
+    try:
+        compiled, (kind, described) = loaded
+        out_treedef, sources, _ = _outputs.rebuild(described, [])
+        outputs = _kept_outputs(before, out_treedef, compiled.out_tree.num_leaves)
+        graph = _graph(
+            function, args, kwargs, before, time.perf_counter() - began, None, compiled, outputs, before
+        )
+        if kind != "nnx" or sources != list(range(len(graph.slots), compiled.out_tree.num_leaves)):
+            raise LookupError("outputs unlike the graph's")
+    except (NotFast, LookupError, TypeError, ValueError) as error:
+        why = getattr(error, "reason", None) or str(error)
+        fun = function.flax_function.fun
+        store.refuse(fun, f"has a stored executable that does not fit its call ({why})")
+        return None
+    return graph
+
+
+def _warm_save(function, key, graph, before, store):
+    """Write the executable flax's call compiled, when the outputs a load will
+    derive (every graph as it came in, then the function's own) are its own."""
+    compiled = graph.compiled
+    out_treedef = jax.tree_util.tree_structure(
+        jax.tree_util.tree_unflatten(graph.out_treedef.to_jax(), [0] * graph.out_treedef.num_leaves)
+    )
+    derived = _kept_outputs(before, out_treedef, compiled.out_tree.num_leaves)
+    if jax.tree_util.tree_structure(derived) != compiled.out_tree:
+        store.refuse(
+            function.flax_function.fun, "has outputs whose structure a load could not derive from its graph"
+        )
+        return
+    store.save_nnx(key, compiled, function.flax_function.fun, out_treedef, len(graph.slots))
+
+
+def _kept_outputs(before, out_treedef, num_outputs):
+    """The outputs of an executable that keeps every graph it is given, as
+    flax's JitFn returns them, with placeholder leaves: each graph argument's
+    NodeStates again (its GraphDef with the same outer index), None for every
+    other argument (flax clears them), then the function's own output."""
+
+    def kept(x):
+        if isinstance(x, _NodeStates):
+            graphdef = x.graphdef.with_same_outer_index()
+            return _NodeStates(_graphdef=graphdef, states=x.states, metadata=x.metadata)
+        return None
+
+    args_out, kwargs_out = jax.tree_util.tree_map(kept, before, is_leaf=lambda x: isinstance(x, _NodeStates))
+    out = jax.tree_util.tree_unflatten(out_treedef, [0] * out_treedef.num_leaves)
+    structure = jax.tree_util.tree_structure((args_out, kwargs_out, out))
+    if structure.num_leaves != num_outputs:
+        raise LookupError(f"{structure.num_leaves} outputs derived, the executable has {num_outputs}")
+    return jax.tree_util.tree_unflatten(structure, [_Placeholder(i) for i in range(num_outputs)])
+
+
+def _node_states(pure):
+    return [
+        leaf
+        for leaf in jax.tree_util.tree_leaves(pure, is_leaf=lambda x: isinstance(x, _NodeStates))
+        if isinstance(leaf, _NodeStates)
+    ]
+
+
+def _static_positions(function, args):
+    resolved = _jax.resolved_arguments(function.jitted)
+    statics = {i % len(args) if -len(args) <= i < len(args) else i for i in resolved.static_argnums}
+    return statics | set(resolved.static_argnames)
 
 
 class Graph(NamedTuple):
@@ -196,22 +330,24 @@ def _split(flax_function, args, kwargs):
         return flax_function._get_pure_args_kwargs(args, kwargs)
 
 
-def _graph(function, args, kwargs, before, seconds, holding):
+def _graph(function, args, kwargs, before, seconds, holding, compiled=None, outputs=None, after=None):
     """The Graph this call left, for the executable it ran; ``holding``: the
-    record of the same graph, when the call kept it.  NotFast when the fast
-    path cannot run calls on it."""
+    record of the same graph, when the call kept it.  A warm-start load gives
+    the executable (``compiled``), its outputs' structure and the split
+    (``after``: the graph before the call, which the executable keeps).
+    NotFast when the fast path cannot run calls on it."""
+    statics = _static_positions(function, args)
     resolved = _jax.resolved_arguments(function.jitted)
-    statics = {i % len(args) if -len(args) <= i < len(args) else i for i in resolved.static_argnums}
-    statics |= set(resolved.static_argnames)
     leaves_before, treedef = _dynamic_leaves(before, statics)
 
-    # The executable flax's jax.jit ran (from its caches).
-    with warnings.catch_warnings(), _graphlib.update_context(function.flax_function):
-        warnings.simplefilter("ignore")
-        compiled = function.jitted.lower(*before[0], **before[1]).compile()
-    outputs = jax.tree_util.tree_unflatten(
-        compiled.out_tree, [_Placeholder(i) for i in range(compiled.out_tree.num_leaves)]
-    )
+    if compiled is None:
+        # The executable flax's jax.jit ran (from its caches).
+        with warnings.catch_warnings(), _graphlib.update_context(function.flax_function):
+            warnings.simplefilter("ignore")
+            compiled = function.jitted.lower(*before[0], **before[1]).compile()
+        outputs = jax.tree_util.tree_unflatten(
+            compiled.out_tree, [_Placeholder(i) for i in range(compiled.out_tree.num_leaves)]
+        )
     if _holds_node_states(outputs[2]):
         raise NotFast(_reasons.RETURNS_GRAPH_NODES)
 
@@ -227,7 +363,8 @@ def _graph(function, args, kwargs, before, seconds, holding):
         if leaves is None:
             raise NotFast(_reasons.ARGUMENT_STRUCTURE_CHANGED)
     else:
-        after = _split(function.flax_function, args, kwargs)
+        if after is None:
+            after = _split(function.flax_function, args, kwargs)
         leaves, treedef_after = _dynamic_leaves(after, statics)
         if treedef_after != treedef:
             raise NotFast(_reasons.CALL_CHANGED_GRAPH)

@@ -3,8 +3,8 @@
     fastdispatch.warm_start("~/.cache/myprog")      # or FASTDISPATCH_WARM_START=DIR,
                                                      # or python -m fastdispatch --warm-start DIR
 
-Every executable ``fastdispatch.jit`` and ``fastdispatch.filter_jit`` compile
-is written to the store
+Every executable ``fastdispatch.jit``, ``fastdispatch.filter_jit`` and
+``fastdispatch.nnx.jit`` compile is written to the store
 (warm/store.py) under a key (warm/keys.py) that covers the call's signature,
 the function's identity (warm/identity.py: its code and everything it reaches)
 and the environment.  In a later process, a miss computes the key before
@@ -28,7 +28,7 @@ from fastdispatch import _engine, _jax
 from fastdispatch.warm import outputs
 from fastdispatch.warm import preload as preload_module
 from fastdispatch.warm.identity import NotStored
-from fastdispatch.warm.keys import call_key, checked_key, filter_call_key, filter_call_objects
+from fastdispatch.warm.keys import call_key, checked_key, filter_call_key, filter_call_objects, nnx_call_key
 from fastdispatch.warm.store import DEFAULT_MAX_BYTES, Store, WarmStartWarning, function_name
 
 # The thread's count of functions jax traced at top level (jax.monitoring's
@@ -94,6 +94,11 @@ class WarmStart:
             return None
         return self._key(fun, filter_call_key, options, signature)
 
+    def nnx_key(self, fun, options, signature, static_args, node_types):
+        """The store key of this nnx.jit call of ``fun``, or None (the reason
+        recorded); the parts as ``keys.nnx_call_key`` takes them."""
+        return self._key(fun, nnx_call_key, fun, options, signature, static_args, node_types)
+
     def _key(self, fun, describe, *parts):
         _traces.fun = fun  # for the load that follows, on this thread
         try:
@@ -123,10 +128,12 @@ class WarmStart:
             _traces.pending = (key, getattr(_traces, "count", 0))
         return compiled
 
-    def save(self, key, compiled, fun, recipe=None, traced=None):
+    def save(self, key, compiled, fun, recipe=None, traced=None, flat_inputs=False):
         """Write ``compiled`` (and a front end's ``recipe``: plain data) under
         ``key``, when jax traced it in this process; in checked mode, when
-        it was compiled from ``traced``, the very trace the key digests."""
+        it was compiled from ``traced``, the very trace the key digests.
+        ``flat_inputs``: its input tree as a flat tuple (nnx.jit's holds
+        GraphDefs, not data)."""
         pending = getattr(_traces, "pending", None)
         _traces.pending = None
         if type(key) is Checked:
@@ -140,7 +147,7 @@ class WarmStart:
             # (before a global it reads may have changed): not written.
             self.store.refuse(fun, "was compiled from a trace jax made earlier in this process")
             return
-        self.store.save(key, compiled, fun, recipe, self.tally(fun))
+        self.store.save(key, compiled, fun, recipe, self.tally(fun), flat_inputs=flat_inputs)
 
     def refuse(self, fun, reason: str):
         """``fun``'s compile is not written, for ``reason`` (a front end's)."""
@@ -161,6 +168,23 @@ class WarmStart:
         else:
             self.save(key, compiled, fun, recipe)
 
+    def save_nnx(self, key, compiled, fun, out_treedef, first_output):
+        """Write an nnx.jit compile whose executable keeps every graph it is
+        given, with the function's own output structure ``out_treedef`` (its
+        leaves the executable's outputs from ``first_output`` on), described
+        as plain data (warm/outputs.py); the graphs' outputs are the call's
+        own GraphDefs again, derived from the arguments when loaded."""
+        n = out_treedef.num_leaves
+        try:
+            sources = range(first_output, first_output + n)
+            recipe = ("nnx", outputs.describe(out_treedef, sources, [None] * n, []))
+        except NotStored as refusal:
+            self.refuse(fun, str(refusal))
+        except Exception as error:  # never let the store break a call
+            self.refuse(fun, f"has outputs that failed to describe ({type(error).__name__}: {error})")
+        else:
+            self.save(key, compiled, fun, recipe, flat_inputs=True)
+
 
 _current = None
 _listening = False
@@ -174,18 +198,19 @@ def warm_start(
     preload: bool = True,
     program=None,
 ):
-    """Keep every executable ``fastdispatch.jit`` and ``fastdispatch.filter_jit``
-    compile in ``directory``, and load it there in later processes instead of
-    tracing and compiling.
+    """Keep every executable ``fastdispatch.jit``, ``fastdispatch.filter_jit``
+    and ``fastdispatch.nnx.jit`` compile in ``directory``, and load it there in
+    later processes instead of tracing and compiling.
 
     ``checked=True`` traces each call first and keys it on the traced program
     (jit only): a load skips lowering and compiling, not tracing, and any
     function that traces to a describable program is stored, whatever its
     code reaches.  The two modes never read each other's files.
     ``max_bytes`` bounds the directory (least recently used files go first).
-    ``None`` turns warm start off.  nnx.jit is not stored; a call whose key or
-    (filter_jit) non-array outputs cannot be described stably is not either,
-    and ``warm_start_stats()["not_stored"]`` says why (docs/warm-start.md).
+    ``None`` turns warm start off.  A call whose key or (filter_jit) non-array
+    outputs cannot be described stably is not stored, nor an nnx.jit call whose
+    executable changes its graph (new Variables, modules, static attributes);
+    ``warm_start_stats()["not_stored"]`` says why (docs/warm-start.md).
 
     ``preload``: load the executables this program used last time in a
     background thread from now on (warm/preload.py), the program named by

@@ -361,3 +361,26 @@ def _lowering_param(value):
     if " at 0x" in text:
         raise NotStored(f"is lowered with a parameter of type {type(value).__qualname__}")
     return (type(value).__qualname__, text)
+
+
+def nnx_call_key(fun, options: dict, signature, static_args, node_types) -> str:
+    """The store key (hex) of an nnx.jit call of ``fun``: its CallSignature
+    over flax's split of the arguments (every GraphDef in its tree, by
+    content: node and Variable types, static attributes, Variable metadata);
+    ``static_args``: (position, value) of its static arguments; ``node_types``:
+    the classes its GraphDefs are made of (their methods run in the trace);
+    ``options``: flax's version and nnx.jit's options.  Raises NotStored."""
+    names = _jax.trace_context_names()
+    context = tuple(zip(names, (_context_value(value) for value in signature.context)))
+    described = (
+        "nnx.jit",
+        environment(),
+        function_digest(fun),
+        options_digest(options),
+        value_digest(tree_structure(signature.treedef.to_jax()), "takes a graph holding"),
+        value_digest(_methods(node_types), "calls a method that"),
+        tuple(_leaf(view) for view in signature.leaf_keys()),
+        value_digest(tuple(static_args), "takes as static argument"),
+        context,
+    )
+    return hashlib.sha256(repr(described).encode()).hexdigest()

@@ -164,13 +164,24 @@ class Store:
 
     # -- writing ---------------------------------------------------------------
 
-    def save(self, key: str, compiled, fun, recipe=None, tally: dict | None = None, trees=True) -> None:
+    def save(
+        self,
+        key: str,
+        compiled,
+        fun,
+        recipe=None,
+        tally: dict | None = None,
+        trees=True,
+        flat_inputs=False,
+    ) -> None:
         """Write ``compiled`` (of ``fun``), and ``recipe`` when given, under
         ``key``: atomically, then bound the store; "written" (or "not_written")
         is also counted in ``tally``.  ``trees=False``: without its input and
         output trees, which the loading process supplies (checked mode: its
-        trace's; their node data need not pickle).  Never raises: a store that
-        cannot take it is left as it is."""
+        trace's; their node data need not pickle).  ``flat_inputs``: the input
+        tree is kept as a flat tuple of as many leaves (the front end feeds the
+        executable its flat inputs itself).  Never raises: a store that cannot
+        take it is left as it is."""
         if not self.writable:
             return
         try:
@@ -182,6 +193,8 @@ class Store:
                 out_tree = jax.tree_util.tree_structure([0] * out_tree.num_leaves)
             if not trees:
                 in_tree = jax.tree_util.tree_structure([0] * in_tree.num_leaves)
+            if flat_inputs:
+                in_tree = jax.tree_util.tree_structure(((0,) * in_tree.num_leaves, {}))
             stored = {
                 "executable": serialized,
                 "in_tree": in_tree,
