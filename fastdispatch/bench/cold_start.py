@@ -34,7 +34,7 @@ import subprocess
 import sys
 import tempfile
 
-from .programs import programs_dir, run_once
+from .programs import aligned, programs_dir, run_once, selected
 
 # (repeats, steady-state calls): full and --quick.
 FULL = (3, 50)
@@ -238,12 +238,7 @@ def format_table(rows: list[dict], readme: dict | None, repeats: int, calls: int
             notes.append(f"{title}: nothing loaded or written, no reason: its jit does not use the store")
         if not row["same_loss"]:
             notes.append(f"{title}: the loss after the steps differs between modes")
-    widths = [max(len(r[i]) for r in [head, *cells]) for i in range(len(head))]
-
-    def line(r):
-        return "  ".join(c.ljust(widths[i]) if i == 0 else c.rjust(widths[i]) for i, c in enumerate(r))
-
-    lines = [line(head), "  ".join("-" * w for w in widths), *map(line, cells)]
+    lines = aligned(head, cells)
     lines.append(
         f"s: the first call, just before it to its result ready, median of {repeats} fresh processes "
         f"(modes alternating); us/call: the mean of the {calls} calls after it; b/a target <= 0.25"
@@ -269,17 +264,9 @@ README = "readme"
 
 def main(quick: bool, json_path: str | None, header: str, only: str | None = None) -> int:
     """Runs the programs (``only``: some of MODELS and README) and prints the table."""
-    names = [*MODELS, README]
-    if only:
-        wanted = [name.strip() for name in only.split(",") if name.strip()]
-        unknown = [name for name in wanted if name not in names]
-        if unknown:
-            print(
-                f"bench --cold-start: unknown program {', '.join(unknown)}; known: {', '.join(names)}",
-                file=sys.stderr,
-            )
-            return 2
-        names = wanted
+    names = selected([*MODELS, README], only, "--cold-start")
+    if names is None:
+        return 2
     repeats, calls = QUICK if quick else FULL
     print(header, flush=True)
     rows = []

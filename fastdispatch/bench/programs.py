@@ -101,6 +101,30 @@ def bench_program(name: str, directory: str, repeats: int, n1: int, n2: int) -> 
     return row
 
 
+def selected(names: list[str], only: str | None, mode: str) -> list[str] | None:
+    """The ``names`` that ``only`` (comma-separated) picks, in their order, or
+    all; None, said on stderr, when it names one that is not there."""
+    if not only:
+        return names
+    wanted = [name.strip() for name in only.split(",") if name.strip()]
+    unknown = [name for name in wanted if name not in names]
+    if unknown:
+        known = ", ".join(names)
+        print(f"bench {mode}: unknown program {', '.join(unknown)}; known: {known}", file=sys.stderr)
+        return None
+    return [name for name in names if name in wanted]
+
+
+def aligned(head: list[str], cells: list[list[str]]) -> list[str]:
+    """A table's lines: the first column left-aligned, the others right, a rule under the head."""
+    widths = [max(len(r[i]) for r in [head, *cells]) for i in range(len(head))]
+
+    def line(r):
+        return "  ".join(c.ljust(widths[i]) if i == 0 else c.rjust(widths[i]) for i, c in enumerate(r))
+
+    return [line(head), "  ".join("-" * w for w in widths), *map(line, cells)]
+
+
 def format_table(rows: list[dict], n1: int, n2: int, repeats: int) -> str:
     head = ["program", "stock wall s", "fd wall s", "fd/stock", "stock us/step", "fd us/step", "fd/stock"]
     cells, notes = [], []
@@ -122,12 +146,7 @@ def format_table(rows: list[dict], n1: int, n2: int, repeats: int) -> str:
         )
         if not row["same_output"]:
             notes.append(f"{row['program']}: stdout differs between stock and fastdispatch")
-    widths = [max(len(r[i]) for r in [head, *cells]) for i in range(len(head))]
-
-    def line(r):
-        return "  ".join(c.ljust(widths[i]) if i == 0 else c.rjust(widths[i]) for i, c in enumerate(r))
-
-    lines = [line(head), "  ".join("-" * w for w in widths), *map(line, cells)]
+    lines = aligned(head, cells)
     lines.append(
         f"wall: whole process at --steps {n2}, median of {repeats}; "
         f"us/step: (best wall at {n2} - best wall at {n1}) / {n2 - n1}"
@@ -146,17 +165,9 @@ def main(quick: bool, only: str | None, json_path: str | None, header: str) -> i
             file=sys.stderr,
         )
         return 2
-    names = find_programs(directory)
-    if only:
-        wanted = [name.strip() for name in only.split(",") if name.strip()]
-        unknown = [name for name in wanted if name not in names]
-        if unknown:
-            print(
-                f"bench --programs: unknown program {', '.join(unknown)}; known: {', '.join(names)}",
-                file=sys.stderr,
-            )
-            return 2
-        names = [name for name in names if name in wanted]
+    names = selected(find_programs(directory), only, "--programs")
+    if names is None:
+        return 2
     repeats, n1, n2 = QUICK if quick else FULL
     print(header, flush=True)
     print(f"programs from {directory}", flush=True)
