@@ -15,11 +15,11 @@ from __future__ import annotations
 import collections
 import json
 import os
-import shutil
 import subprocess
 import sys
 
 import pytest
+from e2e.test_warm_start import environment, report_of
 
 PROGRAM = os.path.join(os.path.dirname(os.path.abspath(__file__)), "filter_warm_program.py")
 FUNCTIONS = ("forward", "train_step", "tagged", "scaled", "body", "closed")
@@ -46,15 +46,9 @@ def write_program(directory, add=2.0):
 
 
 def run(directory, **cfg):
-    env = dict(os.environ)  # PYTHONPATH included: the fastdispatch under test
-    env.pop("FASTDISPATCH_WARM_START", None)
     command = [sys.executable, str(directory / "prog.py"), json.dumps(cfg), str(directory / "store")]
-    proc = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)
-    assert proc.returncode == 0, f"exit {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
-    report = json.loads(proc.stdout.strip().splitlines()[-1])
-    report["traced"] = collections.Counter(
-        line.split()[1] for line in proc.stdout.splitlines() if line.startswith("TRACED ")
-    )
+    proc = subprocess.run(command, capture_output=True, text=True, timeout=300, env=environment())
+    report = report_of(proc.returncode, proc.stdout, proc.stderr)
     for name, expected in report["expected"].items():
         assert report["results"][name] == pytest.approx(expected), f"{name} differs from numpy's"
     return report
@@ -66,14 +60,6 @@ def filled(tmp_path_factory):
     directory = tmp_path_factory.mktemp("filter-filled")
     write_program(directory)
     return directory, run(directory)
-
-
-@pytest.fixture
-def program(filled, tmp_path):
-    """A copy of the filled program and store, for one test to change."""
-    directory = tmp_path / "run"
-    shutil.copytree(filled[0], directory)
-    return directory
 
 
 def test_first_run_fills_the_store(filled):

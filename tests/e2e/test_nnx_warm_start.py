@@ -17,11 +17,11 @@ from __future__ import annotations
 import collections
 import json
 import os
-import shutil
 import subprocess
 import sys
 
 import pytest
+from e2e.test_warm_start import environment, report_of
 
 PROGRAM = os.path.join(os.path.dirname(os.path.abspath(__file__)), "nnx_warm_program.py")
 # A function is traced once per graph structure: forward twice (train, eval).
@@ -96,18 +96,13 @@ def write_program(directory, add=2.0):
 
 
 def run(directory, stock=False, **cfg):
-    env = dict(os.environ)  # PYTHONPATH included: the fastdispatch under test
-    env.pop("FASTDISPATCH_WARM_START", None)
     store = str(directory / "store")
     prefix = [] if stock or cfg.get("direct") else ["-m", "fastdispatch", "--warm-start", store]
     command = [sys.executable, *prefix, str(directory / "prog.py"), json.dumps(cfg), store]
-    proc = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env, cwd=directory)
-    assert proc.returncode == 0, f"exit {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
-    report = json.loads(proc.stdout.strip().splitlines()[-1])
-    report["traced"] = collections.Counter(
-        line.split()[1] for line in proc.stdout.splitlines() if line.startswith("TRACED ")
+    proc = subprocess.run(
+        command, capture_output=True, text=True, timeout=600, env=environment(), cwd=directory
     )
-    return report
+    return report_of(proc.returncode, proc.stdout, proc.stderr)
 
 
 @pytest.fixture(scope="module")
@@ -118,14 +113,6 @@ def filled(tmp_path_factory):
     write_program(directory)
     stock = run(directory, stock=True)
     return directory, run(directory), stock
-
-
-@pytest.fixture
-def program(filled, tmp_path):
-    """A copy of the filled program and store, for one test to change."""
-    directory = tmp_path / "run"
-    shutil.copytree(filled[0], directory)
-    return directory
 
 
 def test_first_run_fills_the_store_with_flax_results(filled):

@@ -10,7 +10,6 @@ compiling, a miss traces once and compiles from that trace.
 from __future__ import annotations
 
 import collections
-import shutil
 import subprocess
 import sys
 
@@ -37,13 +36,6 @@ def filled(tmp_path_factory):
     directory = tmp_path_factory.mktemp("checked")
     write_program(directory)
     return directory, run(directory, **CHECKED)
-
-
-@pytest.fixture
-def program(filled, tmp_path):
-    directory = tmp_path / "run"
-    shutil.copytree(filled[0], directory)
-    return directory
 
 
 def test_a_miss_traces_once_and_compiles_that_trace(filled):

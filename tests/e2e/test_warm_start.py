@@ -56,13 +56,20 @@ def environment(extra=None):
     return env
 
 
-def finished(proc, stdout, stderr):
-    assert proc.returncode == 0, f"exit {proc.returncode}\nstdout:\n{stdout}\nstderr:\n{stderr}"
+def report_of(returncode, stdout, stderr):
+    """A warm-start program's report: its last line's JSON, which functions
+    jax traced (``TRACED name`` lines), and its outputs; it must have exited 0."""
+    assert returncode == 0, f"exit {returncode}\nstdout:\n{stdout}\nstderr:\n{stderr}"
     report = json.loads(stdout.strip().splitlines()[-1])
     report["traced"] = collections.Counter(
         line.split()[1] for line in stdout.splitlines() if line.startswith("TRACED ")
     )
     report["stdout"], report["stderr"] = stdout, stderr
+    return report
+
+
+def finished(proc, stdout, stderr):
+    report = report_of(proc.returncode, stdout, stderr)
     assert report["results"] == report["expected"], "a result differs from numpy's"
     return report
 
@@ -80,14 +87,6 @@ def filled(tmp_path_factory):
     directory = tmp_path_factory.mktemp("filled")
     write_program(directory)
     return directory, run(directory)
-
-
-@pytest.fixture
-def program(filled, tmp_path):
-    """A copy of the filled program and store, for one test to change."""
-    directory = tmp_path / "run"
-    shutil.copytree(filled[0], directory)
-    return directory
 
 
 def store_files(directory):
