@@ -18,11 +18,11 @@ from __future__ import annotations
 import hashlib
 import os
 import sys
-import tempfile
 import threading
 import time
 
 from fastdispatch import _jax
+from fastdispatch.warm.store import write_atomically
 
 # Keys loaded per program: the latest ones, most recent first.
 MAX_KEYS = 64
@@ -116,12 +116,9 @@ class Preloader:
 
     def _rewrite(self, keys):
         try:
-            fd, temp = tempfile.mkstemp(prefix=".tmp-", dir=os.path.dirname(self.manifest))
-            with os.fdopen(fd, "w") as f:
-                f.write("".join(key + "\n" for key in reversed(keys)))
-            os.replace(temp, self.manifest)
+            write_atomically(self.manifest, "".join(key + "\n" for key in reversed(keys)).encode())
         except OSError:
-            pass
+            pass  # the manifest only speeds up the next start
 
     def _run(self, loads):
         wait = _WAIT_STEP

@@ -212,15 +212,7 @@ class Store:
             return
         data = MAGIC + _HEADER.pack(len(payload), hashlib.sha256(payload).digest()) + payload
         try:
-            fd, temp = tempfile.mkstemp(prefix=_TEMP_PREFIX, dir=self.directory)
-            try:
-                with os.fdopen(fd, "wb") as f:
-                    f.write(data)
-                os.replace(temp, self.path(key))
-            except BaseException:
-                with _quiet():
-                    os.remove(temp)
-                raise
+            write_atomically(self.path(key), data)
         except OSError:
             self._count("not_written", tally=tally)  # full or read-only after all: stay correct
             return
@@ -256,6 +248,21 @@ class Store:
                 os.remove(path)
                 self._count("evicted")
             total -= size
+
+
+def write_atomically(path: str, data: bytes) -> None:
+    """``data`` as ``path``'s whole content: a temporary file beside it, then
+    ``os.replace``, so that a reader never sees part of it (raises OSError;
+    the temporary file is removed then)."""
+    fd, temp = tempfile.mkstemp(prefix=_TEMP_PREFIX, dir=os.path.dirname(path))
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(temp, path)
+    except BaseException:
+        with _quiet():
+            os.remove(temp)
+        raise
 
 
 def function_name(fun) -> str:
