@@ -31,12 +31,18 @@ COMPILER_DIRECTIVES = {
 }
 
 # _signature reads numpy arrays' dtype and shape from their C struct (numpy's headers).
+# A traceback entry names the .pyx line only, not the generated C line: an error
+# that crosses the hot path's frames (jax's own, on a hand-off) is not slowed by
+# Cython's runtime look-up of whether to show C lines, once per frame.
 extensions = [
     Extension(
         f"fastdispatch.{name}",
         [f"fastdispatch/{name}.pyx"],
         include_dirs=[numpy.get_include()],
-        define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
+        define_macros=[
+            ("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION"),
+            ("CYTHON_CLINE_IN_TRACEBACK", "0"),
+        ],
     )
     for name in MODULES
 ]
