@@ -28,6 +28,10 @@ cdef class FieldLayout:
     cdef readonly Py_ssize_t dict_size  # valid only for instances whose __dict__ has this many entries
     cdef readonly bint direct_unflatten  # rebuild as object.__new__ and __dict__ writes
     cdef readonly object absent        # a value that means "not set": not written back
+    # The last two __dict__ key orders seen (DictOrder): instances made by one
+    # __init__, or rebuilt by unflatten, store their fields in one order each.
+    cdef object recent_order
+    cdef object older_order
 
 
 @cython.final
@@ -56,6 +60,7 @@ cdef class NodeType:
     cdef bint checked               # DATACLASS, FIELDS: checked against to_iter on a first instance
     cdef FieldLayout layout         # FIELDS: which __dict__ entries make the node
     cdef dict memos                 # aux data (atoms only) -> the last node built with it
+    cdef list recent                # the last RECENT_MEMOS nodes of ``memos`` met, latest first
 
 
 @cython.final

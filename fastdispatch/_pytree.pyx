@@ -58,6 +58,9 @@ cdef enum:
     MAX_NODE_TYPES = 4096
     # Memoised nodes per registered type (one per distinct aux value).
     MAX_MEMOS_PER_TYPE = 256
+    # Of those, the last met, checked first by address (a model's layers of a
+    # few shapes, flattened in turn).
+    RECENT_MEMOS = 4
 
 # ----------------------------------------------------------------------------
 # TreeDef
@@ -504,32 +507,107 @@ cdef bint _load_lazy_reader(type t) except -1:
     return False
 
 
+@cython.final
+cdef class DictOrder:
+    """One order of a FieldLayout instance's __dict__: its keys, each read into
+    a child (slot >= 0) or an aux item (slot -1 - index), so that the fields
+    are read in one pass of the dict, keys compared by address (a class's
+    field names are the same string objects in every instance)."""
+    cdef tuple keys
+    cdef Py_ssize_t* slots
+
+    def __dealloc__(self):
+        PyMem_Free(self.slots)
+
+
+cdef DictOrder _learn_order(FieldLayout layout, dict d):
+    cdef DictOrder order = DictOrder.__new__(DictOrder)
+    cdef tuple keys = tuple(d)
+    cdef Py_ssize_t i, n = PyTuple_GET_SIZE(keys)
+    order.slots = <Py_ssize_t*>PyMem_Malloc((n + 1) * sizeof(Py_ssize_t))
+    if order.slots == NULL:
+        raise MemoryError()
+    for i in range(n):
+        key = <object>PyTuple_GET_ITEM(keys, i)
+        if key in layout.children:
+            order.slots[i] = layout.children.index(key)
+        else:
+            order.slots[i] = -1 - layout.aux_names.index(key)
+    order.keys = keys
+    return order
+
+
+cdef bint _read_in_order(DictOrder order, dict d, tuple children, tuple aux,
+                         Py_ssize_t n_prefix) noexcept:
+    """Fill ``children`` and ``aux`` from ``d`` in one pass, when its keys are
+    ``order``'s, in its order, by address; else False (and the tuples are
+    partly filled: the caller drops them)."""
+    cdef Py_ssize_t pos = 0, i = 0, slot
+    cdef PyObject* key
+    cdef PyObject* value
+    while PyDict_Next(d, &pos, &key, &value):
+        if key != PyTuple_GET_ITEM(order.keys, i):
+            return False
+        slot = order.slots[i]
+        Py_INCREF(<object>value)
+        if slot >= 0:
+            PyTuple_SET_ITEM(children, slot, <object>value)
+        else:
+            PyTuple_SET_ITEM(aux, n_prefix - 1 - slot, <object>value)
+        i += 1
+    return True
+
+
+cdef tuple _new_aux(FieldLayout layout):
+    """An aux tuple with the layout's prefix filled in, the rest to fill."""
+    cdef Py_ssize_t i, n_prefix = PyTuple_GET_SIZE(layout.aux_prefix)
+    cdef tuple aux = PyTuple_New(n_prefix + PyTuple_GET_SIZE(layout.aux_names))
+    for i in range(n_prefix):
+        Py_INCREF(<object>PyTuple_GET_ITEM(layout.aux_prefix, i))
+        PyTuple_SET_ITEM(aux, i, <object>PyTuple_GET_ITEM(layout.aux_prefix, i))
+    return aux
+
+
 cdef tuple _read_fields(FieldLayout layout, object tree):
     """(children, aux) read from the instance __dict__, or None when the
     instance does not have the layout's exact set of entries."""
     cdef dict d = PyObject_GenericGetDict(tree, NULL)
     cdef Py_ssize_t i, n_prefix = PyTuple_GET_SIZE(layout.aux_prefix)
-    cdef Py_ssize_t n_aux = PyTuple_GET_SIZE(layout.aux_names)
+    cdef Py_ssize_t n_children = PyTuple_GET_SIZE(layout.children)
     cdef PyObject* value
     if PyDict_Size(d) != layout.dict_size:
         return None
-    cdef tuple children = PyTuple_New(PyTuple_GET_SIZE(layout.children))
-    for i in range(PyTuple_GET_SIZE(layout.children)):
+    cdef tuple children = PyTuple_New(n_children)
+    cdef tuple aux = _new_aux(layout)
+    cdef object order = layout.recent_order
+    if order is not None and _read_in_order(<DictOrder>order, d, children, aux, n_prefix):
+        return children, aux
+    order = layout.older_order
+    if order is not None:
+        children = PyTuple_New(n_children)
+        aux = _new_aux(layout)
+        if _read_in_order(<DictOrder>order, d, children, aux, n_prefix):
+            layout.older_order = layout.recent_order
+            layout.recent_order = order
+            return children, aux
+    # Another order (or other keys): by name; the order is learnt when every
+    # name is there.
+    children = PyTuple_New(n_children)
+    aux = _new_aux(layout)
+    for i in range(n_children):
         value = PyDict_GetItem(d, <object>PyTuple_GET_ITEM(layout.children, i))
         if value == NULL:
             return None
         Py_INCREF(<object>value)
         PyTuple_SET_ITEM(children, i, <object>value)
-    cdef tuple aux = PyTuple_New(n_prefix + n_aux)
-    for i in range(n_prefix):
-        Py_INCREF(<object>PyTuple_GET_ITEM(layout.aux_prefix, i))
-        PyTuple_SET_ITEM(aux, i, <object>PyTuple_GET_ITEM(layout.aux_prefix, i))
-    for i in range(n_aux):
+    for i in range(PyTuple_GET_SIZE(layout.aux_names)):
         value = PyDict_GetItem(d, <object>PyTuple_GET_ITEM(layout.aux_names, i))
         if value == NULL:
             return None
         Py_INCREF(<object>value)
         PyTuple_SET_ITEM(aux, n_prefix + i, <object>value)
+    layout.older_order = layout.recent_order
+    layout.recent_order = _learn_order(layout, d)
     return children, aux
 
 
@@ -910,14 +988,20 @@ cdef TreeDef _flatten_node(object tree, NodeType info, list leaves, int depth, P
         n = PyList_GET_SIZE(seq)
     else:  # a tuple, or a namedtuple: its C size, whatever its class says __len__ is
         n = PyTuple_GET_SIZE(seq)
-    # Memoised per aux value (a dataclass's static fields, say), atoms only.
-    atom = _aux_is_atom(info, aux)
-    if atom and info.memos is not None:
-        found = PyDict_GetItem(info.memos, aux)
-        if found != NULL:
-            memo = <TreeDef>found
-            if PyTuple_GET_SIZE(memo.children) != n or not _same_aux(memo.node_data, aux):
-                memo = None
+    # Memoised per aux value (a dataclass's static fields, say), atoms only:
+    # the last few nodes first, by the aux items' addresses, then by hash.
+    memo = _recent_memo(info, aux, n)
+    atom = True
+    if memo is None:
+        atom = _aux_is_atom(info, aux)
+        if atom and info.memos is not None:
+            found = PyDict_GetItem(info.memos, aux)
+            if found != NULL:
+                memo = <TreeDef>found
+                if PyTuple_GET_SIZE(memo.children) != n or not _same_aux(memo.node_data, aux):
+                    memo = None
+                else:
+                    _remember_recent(info, memo)
     children = _flatten_children(seq, n, NULL, fields, leaves, depth + 1, path, memo)
     if children is None:
         return memo
@@ -925,13 +1009,37 @@ cdef TreeDef _flatten_node(object tree, NodeType info, list leaves, int depth, P
         memo = _new_node(NODE_NAMEDTUPLE, info.node_type, None, children, info,
                          <Py_uhash_t>hash(info.node_type), True)
     else:
+        atom = _aux_is_atom(info, aux)
         memo = _new_node(NODE_CUSTOM, info.node_type, aux, children, info,
                          _custom_hash(info.node_type, aux, atom), atom)
     if memo.cacheable:
         if info.memos is None or len(info.memos) >= MAX_MEMOS_PER_TYPE:
             info.memos = {}
         info.memos[aux] = memo
+        _remember_recent(info, memo)
     return memo
+
+
+cdef inline TreeDef _recent_memo(NodeType info, object aux, Py_ssize_t n):
+    """One of the type's last RECENT_MEMOS nodes with n children and identical
+    aux data (item by item), or None."""
+    cdef Py_ssize_t i
+    cdef TreeDef memo
+    if info.recent is None:
+        return None
+    for i in range(PyList_GET_SIZE(info.recent)):
+        memo = <TreeDef>PyList_GET_ITEM(info.recent, i)
+        if PyTuple_GET_SIZE(memo.children) == n and _same_aux(memo.node_data, aux):
+            return memo
+    return None
+
+
+cdef inline void _remember_recent(NodeType info, TreeDef memo):
+    if info.recent is None:
+        info.recent = []
+    elif PyList_GET_SIZE(info.recent) >= RECENT_MEMOS:
+        del info.recent[RECENT_MEMOS - 1]
+    info.recent.insert(0, memo)
 
 
 # ----------------------------------------------------------------------------

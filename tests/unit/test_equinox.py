@@ -81,6 +81,11 @@ class WithConverter(eqx.Module):
     count: int = eqx.field(static=True, default=3)
 
 
+class Sized(eqx.Module):
+    weight: jax.Array
+    size: int = eqx.field(static=True)
+
+
 class WithProperty(eqx.Module):
     x: jax.Array
 
@@ -118,6 +123,41 @@ def test_modules_flatten_and_unflatten_as_jax(name, tree):
     for ours, jax_made in zip(_modules(rebuilt), _modules(theirs)):
         assert type(ours) is type(jax_made)
         assert list(vars(ours).items()) == list(vars(jax_made).items())
+
+
+def test_fields_are_read_whatever_order_each_instance_stored_them_in():
+    # __init__ stores fields in one order, unflatten in another (children
+    # first), object.__setattr__ in a third: each is read by its own order,
+    # and by name when it is new; the leaves and aux data stay jax's.
+    made = Linear(jnp.ones(2), jnp.zeros(2), "made")
+    leaves, treedef = _pytree.flatten(made)
+    rebuilt = treedef.unflatten([jnp.full(2, 3.0), jnp.full(2, 4.0), *leaves[2:]])
+    reordered = Linear(jnp.ones(1), jnp.ones(1), "re")
+    for name in ("activation", "name", "weight", "bias"):
+        value = vars(reordered)[name]
+        del vars(reordered)[name]
+        object.__setattr__(reordered, name, value)
+    orders = {tuple(vars(m)) for m in (made, rebuilt, reordered)}
+    assert len(orders) == 3
+    for tree in [made, rebuilt, reordered, made, reordered, rebuilt, [made, rebuilt, reordered]]:
+        for _ in range(2):
+            leaves, treedef = _pytree.flatten(tree)
+            treecases.structures_match_jax(tree, leaves, treedef)
+
+
+def test_layers_of_alternating_static_fields_keep_their_own_aux_data():
+    # The memos checked first by address: three layer shapes in turn, then
+    # equal but distinct aux values (a large int made anew).
+    model = eqx.nn.MLP(8, 1, 32, 2, key=jax.random.key(0))
+    for _ in range(3):
+        leaves, treedef = _pytree.flatten(model)
+        treecases.structures_match_jax(model, leaves, treedef)
+    big = Sized(jnp.ones(2), 10**30)
+    again = Sized(jnp.ones(2), int("1" + "0" * 30))
+    assert _pytree.flatten(big)[1] == _pytree.flatten(again)[1]
+    other = Sized(jnp.ones(2), 10**30 + 1)
+    assert _pytree.flatten(big)[1] != _pytree.flatten(other)[1]
+    treecases.structures_match_jax(other, *_pytree.flatten(other))
 
 
 def _modules(tree):
