@@ -36,6 +36,8 @@ Private names used, all read here only:
                                           the devices a token is threaded per; what the
                                           host callbacks need kept alive
   jax.stages.Compiled._params.const_args  constants jax passes ahead of the arguments
+  jax.stages.Traced._consts, _params      a trace's constants passed as arguments, and the
+                                          parameters its lowering reads (warm start's checked key)
   jax._src.dispatch.needs_check_special   jax_debug_nans / jax_debug_infs
   jax._src.config.enable_x64, default_device (and disable_jit above)
                                           the jit settings behind fastdispatch.state
@@ -339,6 +341,12 @@ def executable_parts(compiled) -> ExecutableParts:
         call.keepalive,
         bool(ordered or call.has_unordered_effects or call.has_host_callbacks),
     )
+
+
+def traced_parts(traced) -> tuple:
+    """(constants passed as arguments, lowering parameters: a dict) of a
+    jax.stages.Traced: what lowering it reads besides its jaxpr."""
+    return traced._consts, traced._params
 
 
 def executable_device_ids(compiled) -> tuple:

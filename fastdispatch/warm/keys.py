@@ -294,9 +294,10 @@ def checked_key(traced, options: dict, signature) -> str:
     options); the call's leaves (their shardings and committedness resolve
     unspecified input shardings); jax's trace context; the environment."""
     closed = traced.jaxpr
+    constant_args, params = _jax.traced_parts(traced)
     if closed.jaxpr.is_high:
         raise NotStored("traces to a jaxpr with high-level types (lowered another way)")
-    if traced._consts:
+    if constant_args:
         raise NotStored("passes its constants as arguments (jax_use_simplified_jaxpr_constants)")
     if closed.effects:
         raise NotStored(f"has effects ({', '.join(sorted(map(str, closed.effects)))})")
@@ -309,7 +310,6 @@ def checked_key(traced, options: dict, signature) -> str:
         raise NotStored("traces to a jaxpr holding an object printed by its address")
     names = _jax.trace_context_names()
     context = tuple(zip(names, (_context_value(value) for value in signature.context)))
-    params = traced._params
     described = (
         "checked",
         environment(),

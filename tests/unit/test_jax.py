@@ -463,3 +463,11 @@ def test_executable_device_ids_follow_its_device_assignment():
     device = jax.devices()[-1]
     compiled = jax.jit(lambda x: x + 1).lower(jax.device_put(jnp.ones(2), device)).compile()
     assert _jax.executable_device_ids(compiled) == (device.id,)
+
+
+def test_traced_parts_are_its_lowering_inputs():
+    traced = jax.jit(lambda x: x * 2, donate_argnums=0).trace(jnp.ones(2))
+    constant_args, params = _jax.traced_parts(traced)
+    assert list(constant_args) == []
+    assert params["jaxpr"] is traced.jaxpr
+    assert params["donated_invars"] == (True,) and len(params["in_shardings"]) == 1
