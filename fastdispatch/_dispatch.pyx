@@ -244,11 +244,15 @@ cdef CallLayout _layout_of(tuple args, dict kwargs, object kwnames,
     dynamic_names = sorted(name for name in kwnames or () if name not in static_names)
     cdef list values = [args[i] for i in dynamic_positions] + [kwargs[name] for name in dynamic_names]
     # None for a leaf, else the list or tuple type of leaves it is.
-    containers = tuple([None if classify_leaf(value) <= LEAF_HOST else _container_of(value)
-                        for value in values])
-    for value, kind in zip(values, containers):
-        if kind is None and classify_leaf(value) > LEAF_HOST:
-            return None
+    cdef list kinds = []
+    for value in values:
+        kind = None
+        if classify_leaf(value) > LEAF_HOST:
+            kind = _container_of(value)
+            if kind is None:
+                return None
+        kinds.append(kind)
+    containers = tuple(kinds)
     cdef CallLayout layout = CallLayout.__new__(CallLayout)
     layout.kwnames = kwnames
     layout.nargs = nargs
