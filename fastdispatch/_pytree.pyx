@@ -568,6 +568,18 @@ cdef tuple _new_aux(FieldLayout layout):
     return aux
 
 
+cdef inline tuple _read_by_order(FieldLayout layout, object order, dict d, Py_ssize_t n_prefix):
+    """(children, aux) read from ``d`` by ``order`` (a DictOrder, or None),
+    or None where ``d``'s keys are not in that order."""
+    if order is None:
+        return None
+    cdef tuple children = PyTuple_New(PyTuple_GET_SIZE(layout.children))
+    cdef tuple aux = _new_aux(layout)
+    if _read_in_order(<DictOrder>order, d, children, aux, n_prefix):
+        return children, aux
+    return None
+
+
 cdef tuple _read_fields(FieldLayout layout, object tree):
     """(children, aux) read from the instance __dict__, or None when the
     instance does not have the layout's exact set of entries."""
@@ -577,23 +589,19 @@ cdef tuple _read_fields(FieldLayout layout, object tree):
     cdef PyObject* value
     if PyDict_Size(d) != layout.dict_size:
         return None
-    cdef tuple children = PyTuple_New(n_children)
-    cdef tuple aux = _new_aux(layout)
-    cdef object order = layout.recent_order
-    if order is not None and _read_in_order(<DictOrder>order, d, children, aux, n_prefix):
-        return children, aux
-    order = layout.older_order
-    if order is not None:
-        children = PyTuple_New(n_children)
-        aux = _new_aux(layout)
-        if _read_in_order(<DictOrder>order, d, children, aux, n_prefix):
-            layout.older_order = layout.recent_order
-            layout.recent_order = order
-            return children, aux
+    cdef tuple read = _read_by_order(layout, layout.recent_order, d, n_prefix)
+    if read is not None:
+        return read
+    cdef object order = layout.older_order
+    read = _read_by_order(layout, order, d, n_prefix)
+    if read is not None:
+        layout.older_order = layout.recent_order
+        layout.recent_order = order
+        return read
     # Another order (or other keys): by name; the order is learnt when every
     # name is there.
-    children = PyTuple_New(n_children)
-    aux = _new_aux(layout)
+    cdef tuple children = PyTuple_New(n_children)
+    cdef tuple aux = _new_aux(layout)
     for i in range(n_children):
         value = PyDict_GetItem(d, <object>PyTuple_GET_ITEM(layout.children, i))
         if value == NULL:
