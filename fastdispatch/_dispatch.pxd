@@ -31,17 +31,24 @@ cdef class CallLayout:
 
 
 @cython.final
+cdef class CallShape:
+    cdef Py_ssize_t nargs                  # positional arguments
+    cdef object kwnames                    # keyword names (a tuple), or None
+    cdef tuple arg_types                   # the type of each argument in the array
+    cdef str hand_off                      # jax.jit took the last call: hand off before flattening
+    cdef unsigned int hand_offs            # calls handed off so: every 64th is flattened again
+    cdef bint matches(self, Call* call)
+    cdef bint hands_off(self, Call* call)
+
+
+@cython.final
 cdef class PreviousJitCall(PreviousCall):
     cdef CallLayout layout                 # its layout, when all its arguments were leaves
     cdef bint hands_off                    # jax.jit runs its entry for the leaves' sake (numpy)
     # Calls whose arguments are trees (no layout): the shape of the call's
     # argument array, and why jax.jit took its last call for its leaves' sake
     # (numpy values it converts faster, a step counter's new value), or None.
-    cdef Py_ssize_t nargs                  # positional arguments
-    cdef object kwnames                    # keyword names (a tuple), or None
-    cdef tuple arg_types                   # the type of each argument in the array
-    cdef str tree_hand_off                 # jax.jit took the last call: hand off before flattening
-    cdef unsigned int tree_hand_offs       # calls handed off so: every 64th is flattened again
+    cdef CallShape shape
 
 
 @cython.final
@@ -56,10 +63,10 @@ cdef class CompiledFunction(Engine):
     cdef bint _has_static                  # any static argument at all
     cdef bint _donates                     # any donated argument at all
     cdef tuple _dynamic_arg_names          # positional parameter names minus static ones
+    cdef CallShape _refused                # the shape of the last call refused (jax.jit raises), or None
     cdef dict __dict__                     # as functools.wraps fills it
     cdef object __weakref__
 
-    cdef object _call(self, Call* call)
     cdef object _flatten(self, Call* call, tuple context, CallTimes* times)
     cdef tuple _split_static(self, tuple args, dict kwargs)
     cdef tuple _from_compiled(self, CacheEntry entry, list leaves, object compiled,

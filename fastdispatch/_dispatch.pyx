@@ -57,6 +57,8 @@ cdef str _TRACER = _reasons.TRACER
 cdef str _HOST_DATA = _reasons.HOST_DATA
 cdef str _NEW_SCALAR = _reasons.NEW_SCALAR
 cdef str _JAX_JIT = "jax.jit"
+cdef str _NOT_MADE_BY_JIT = ("CompiledFunction was created without __init__: "
+                             "make one with fastdispatch.jit(fun)")
 
 # Post hooks: the global one, and a count of threads that set their own so
 # that a call looks at thread-local storage only when one might be there.
@@ -296,23 +298,50 @@ cdef inline str _hand_off_reason(PreviousJitCall previous, Call* call):
     return _NEW_SCALAR if found else None
 
 
-cdef inline bint _same_shape(PreviousJitCall previous, Call* call):
-    """The call's argument array holds as many arguments of the same types,
-    under the same keyword names, as the previous call's."""
-    cdef Py_ssize_t i, n = PyVectorcall_NARGS(call.nargsf)
-    if n != previous.nargs:
-        return False
-    if call.kwnames == NULL or previous.kwnames is None:
-        if call.kwnames != NULL or previous.kwnames is not None:
+@cython.final
+cdef class CallShape:
+    """How a call passed its arguments: how many positionally, under which
+    keyword names, of which types; and why jax.jit took the last call of
+    this shape for itself (see dispatch)."""
+
+    cdef bint matches(self, Call* call):
+        """The call's argument array holds as many arguments of the same
+        types, under the same keyword names."""
+        cdef Py_ssize_t i, n = PyVectorcall_NARGS(call.nargsf)
+        if n != self.nargs:
             return False
-    elif not same_items(<tuple>call.kwnames, <tuple>previous.kwnames):
-        return False
-    else:
+        if call.kwnames == NULL or self.kwnames is None:
+            if call.kwnames != NULL or self.kwnames is not None:
+                return False
+        elif not same_items(<tuple>call.kwnames, <tuple>self.kwnames):
+            return False
+        else:
+            n += PyTuple_GET_SIZE(<tuple>call.kwnames)
+        for i in range(n):
+            if type(<object>call.argv[i]) is not <object>PyTuple_GET_ITEM(self.arg_types, i):
+                return False
+        return True
+
+    cdef bint hands_off(self, Call* call):
+        """jax.jit takes this call as it took the last of this shape, before
+        it is flattened; but every 64th goes the whole way again, in case its
+        leaves (or jax's choice) have changed."""
+        if self.hand_off is None or not self.matches(call):
+            return False
+        self.hand_offs += 1
+        return (self.hand_offs & 63) != 0
+
+
+cdef CallShape _shape_of(Call* call, str hand_off):
+    cdef CallShape shape = CallShape.__new__(CallShape)
+    shape.nargs = PyVectorcall_NARGS(call.nargsf)
+    shape.kwnames = None if call.kwnames == NULL else <object>call.kwnames
+    cdef Py_ssize_t n = shape.nargs
+    if call.kwnames != NULL:
         n += PyTuple_GET_SIZE(<tuple>call.kwnames)
-    for i in range(n):
-        if type(<object>call.argv[i]) is not <object>PyTuple_GET_ITEM(previous.arg_types, i):
-            return False
-    return True
+    shape.arg_types = tuple([type(<object>call.argv[i]) for i in range(n)])
+    shape.hand_off = hand_off
+    return shape
 
 
 @cython.final
@@ -355,7 +384,9 @@ cdef object _vectorcall(CompiledFunction self, PyObject** argv, size_t nargsf,
     call.nargsf = nargsf
     call.kwnames = kwnames
     call.function = <PyObject*>self
-    return self._call(&call)
+    if self.executables is None:
+        raise TypeError(_NOT_MADE_BY_JIT)
+    return self.call(&call)
 
 
 @cython.final
@@ -411,18 +442,19 @@ cdef class CompiledFunction(Engine):
         call.nargsf = PyTuple_GET_SIZE(args)
         call.kwnames = <PyObject*>names if names is not None else NULL
         call.function = <PyObject*>self
-        return self._call(&call)
-
-    cdef object _call(self, Call* call):
         if self.executables is None:
-            raise TypeError("CompiledFunction was created without __init__: "
-                            "make one with fastdispatch.jit(fun)")
-        return self.call(call)
+            raise TypeError(_NOT_MADE_BY_JIT)
+        return self.call(&call)
 
     cdef object dispatch(self, Call* call, CallTimes* times):
         """The guard on the argument array, jax's state, then flatten and lookup."""
         cdef PreviousJitCall previous = <PreviousJitCall>self.previous
         cdef bint guarded = False
+        if self._refused is not None and self._refused.hands_off(call):
+            # The last call of this shape was one jax.jit raises for (an
+            # unhashable static argument, a leaf it rejects): this one goes to
+            # it unflattened.
+            return self.fallback(call, self._refused.hand_off, times, None)
         if previous is not None and not previous.entry.evicted:
             if previous.layout is not None:
                 guarded = previous.layout.guard(call, previous.signature)
@@ -435,14 +467,10 @@ cdef class CompiledFunction(Engine):
                     if reason is not None:
                         self.executables.touch(previous.entry)
                         return self.fallback(call, reason, times, previous.signature)
-            elif previous.tree_hand_off is not None and _same_shape(previous, call):
+            elif previous.shape.hands_off(call):
                 # A call of trees laid out as the previous one, which jax.jit
-                # took for its leaves' sake: it takes this one too, unflattened,
-                # but for every 64th, which is flattened and keyed again in
-                # case its leaves (or jax's choice) have changed.
-                previous.tree_hand_offs += 1
-                if previous.tree_hand_offs & 63:
-                    return self.fallback(call, previous.tree_hand_off, times, None)
+                # took for its leaves' sake: it takes this one too, unflattened.
+                return self.fallback(call, previous.shape.hand_off, times, None)
         context = trace_context()
         if not trace_state_clean():
             return self.fallback(call, _TRACER, times, None)
@@ -530,12 +558,14 @@ cdef class CompiledFunction(Engine):
                                      self._static_argnames, signature)
         previous.hands_off = (previous.layout is not None and entry.executable is None
                               and entry.slow_reason is _HOST_DATA)
-        previous.nargs = nargs
-        previous.kwnames = None if call.kwnames == NULL else <object>call.kwnames
-        previous.arg_types = tuple([type(value) for value in args])
-        if kwargs:
-            previous.arg_types += tuple([type(value) for value in kwargs.values()])
+        previous.shape = _shape_of(call, None)
         self.previous = previous
+        self._refused = None
+
+    cdef void refused_call(self, Call* call, str reason):
+        """The fast path refused the call (jax.jit raises for it, as a rule):
+        the next of its shape goes to jax.jit before it is flattened."""
+        self._refused = _shape_of(call, reason)
 
     cdef void handed_off(self, Call* call, CacheEntry entry, str reason):
         """jax.jit takes a call on ``entry``: where it did for the leaves' sake
@@ -545,7 +575,7 @@ cdef class CompiledFunction(Engine):
         if previous is None or previous.entry is not entry or previous.layout is not None:
             return
         if reason is _HOST_DATA or reason is _NEW_SCALAR:
-            previous.tree_hand_off = reason
+            previous.shape.hand_off = reason
 
     cdef object returned(self, Call* call, object out):
         """The one post-hook check, then the output."""

@@ -38,6 +38,7 @@ cdef struct CallTimes:
     long long end          # the output is ready
     int watch              # who watches this call: WATCH_CLOCK | WATCH_SPANS, read once, at its start
     PyObject* span         # WATCH_SPANS: the open phase's TraceMe span (owned), or NULL
+    PyObject* hand_off     # a watched hand-off's (reason, signature) for `ended` (owned), or NULL
 
 # CallTimes.watch: --trace takes the stamps; jax.profiler gets the spans.
 cdef enum:
@@ -98,6 +99,8 @@ cdef class Engine:
 
     # The steps, in the order a call takes them.
     cdef object call(self, Call* call)
+    cdef object _call_in_spans(self, Call* call, CallTimes* times)
+    cdef object _hand_off(self, Call* call, CallTimes* times)
     cdef object lookup(self, Call* call, TreeDef treedef, list leaves, tuple static_args,
                        tuple context, tuple arg_names, object front, CallTimes* times)
     cdef object run(self, Call* call, CacheEntry entry, object finish, object leaves,
@@ -115,5 +118,6 @@ cdef class Engine:
     cdef object warm_key(self, Call* call, CallSignature signature, object store)
     cdef tuple build_loaded(self, Call* call, CacheEntry entry, list leaves, object loaded)
     cdef void remember(self, Call* call, CacheEntry entry, CallSignature signature)
+    cdef void refused_call(self, Call* call, str reason)
     cdef void handed_off(self, Call* call, CacheEntry entry, str reason)
     cdef object returned(self, Call* call, object out)

@@ -195,6 +195,55 @@ def test_unhashable_static_argument_gets_jax_error(sink):
     assert reasons(sink) == ["static_argument_error"]
 
 
+def test_an_error_jax_raises_on_a_hand_off_crosses_three_of_our_frames():
+    # The hand-off runs at the bottom of our stack (Engine.call): each of our
+    # frames an error crosses adds a traceback entry, at ~0.2 us each.
+    f = fastdispatch.jit(lambda x, opts: x, static_argnums=1)
+    with pytest.raises(ValueError, match="Non-hashable static arguments") as raised:
+        f(jnp.ones(1), ["not", "hashable"])
+    ours = [entry for entry in raised.traceback if "fastdispatch" in str(entry.path)]
+    assert [entry.name for entry in ours] == [
+        "fastdispatch._dispatch._vectorcall",
+        "fastdispatch._engine.Engine.call",
+        "fastdispatch._dispatch.CompiledFunction.slow_call",
+    ]
+
+
+class Flagged:
+    """A static argument hashable or not by a flag; all instances are equal."""
+
+    def __init__(self, hashable):
+        self.hashable = hashable
+
+    def __hash__(self):
+        if not self.hashable:
+            raise TypeError("unhashable Flagged")
+        return 0
+
+    def __eq__(self, other):
+        return type(other) is Flagged
+
+
+def test_calls_shaped_as_a_refused_one_go_to_jax_before_flattening(sink):
+    f = fastdispatch.jit(lambda tree, opts: tree.value * 2, static_argnums=1)
+    tree = Counted(jnp.ones(3))
+    for _ in range(2):  # refused by the fast path, then handed off unflattened
+        with pytest.raises(ValueError, match="Non-hashable static arguments are not supported"):
+            f(tree, Flagged(hashable=False))
+    assert reasons(sink) == ["static_argument_error"] * 2
+    sink.calls.clear()
+    f(tree, Flagged(hashable=True))  # a call of that shape goes to jax.jit, raising or not
+    Counted.flattens = 0  # (its compile flattens more)
+    for _ in range(61):
+        np.testing.assert_array_equal(f(tree, Flagged(hashable=True)), np.full(3, 2.0))
+    assert Counted.flattens == 61  # jax.jit's own, never ours
+    assert reasons(sink) == ["static_argument_error"] * 62
+    sink.calls.clear()
+    for _ in range(3):  # the 64th after the refusal goes the whole way: compiled, then hits
+        np.testing.assert_array_equal(f(tree, Flagged(hashable=True)), np.full(3, 2.0))
+    assert reasons(sink) == [None] * 3
+
+
 @pytest.mark.parametrize("value", [0.0, -0.0, 1.5, -1.5, math.inf, 7, True, 2j])
 def test_python_scalars_convert_exactly(value):
     f = fastdispatch.jit(lambda x, s: x * 0 + s)
