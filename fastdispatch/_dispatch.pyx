@@ -471,9 +471,9 @@ cdef class CompiledFunction(Engine):
                 # A call of trees laid out as the previous one, which jax.jit
                 # took for its leaves' sake: it takes this one too, unflattened.
                 return self.fallback(call, previous.shape.hand_off, times, None)
-        context = trace_context()
-        if not trace_state_clean():
+        if not trace_state_clean():   # first: a hand-off under a transformation needs no context
             return self.fallback(call, _TRACER, times, None)
+        context = trace_context()
         if previous is not None and not previous.signature.same_context(context):
             # jax's settings changed since the previous call: one jax.jit
             # itself runs (disable_jit, say) goes to it before flattening.

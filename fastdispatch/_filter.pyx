@@ -344,9 +344,9 @@ cdef class FilterDispatcher(Engine):
         cdef tuple args = <tuple>call.args
         cdef dict kwargs = <dict>call.kwargs
         cdef dict fields = PyObject_GenericGetDict(<object>call.function, NULL)
-        context = trace_context()
-        if not trace_state_clean():
+        if not trace_state_clean():   # first: a hand-off under a transformation needs no context
             return self.fallback(call, _TRACER, times, None)
+        context = trace_context()
         cdef BindPlan plan = self.plan_for(<object>PyDict_GetItem(fields, _SIGNATURE), args, kwargs)
         if plan.refused:
             return self.fallback(call, _ARGUMENT_BINDING, times, None)
