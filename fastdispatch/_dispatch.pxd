@@ -25,7 +25,6 @@ cdef class CallLayout:
     cdef bint guard(self, Call* call, CallSignature signature)
     # The leaves of a call laid out like this one, in flatten order.
     cdef tuple leaves(self, Call* call)
-    cdef bint _same_keywords(self, PyObject* kwnames)
     cdef tuple _gather(self, PyObject** argv)
     cdef bint _statics_match(self, PyObject** argv, tuple static_args)
 

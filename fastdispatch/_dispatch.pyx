@@ -151,6 +151,15 @@ cdef inline object _container_of(object value):
     return None
 
 
+cdef inline bint _same_keywords(PyObject* kwnames, object expected):
+    """A call's keyword names (NULL: none) are ``expected`` (a tuple, or None).
+    Names compared by address: identifiers are interned, and a call site
+    passes the very same names (often the very same tuple) every time."""
+    if kwnames == NULL or expected is None:
+        return kwnames == NULL and expected is None
+    return same_items(<tuple>kwnames, <tuple>expected)
+
+
 @cython.final
 cdef class CallLayout:
     """Where the leaves of a call sit in its argument array, for calls whose
@@ -168,7 +177,7 @@ cdef class CallLayout:
     cdef bint guard(self, Call* call, CallSignature signature):
         cdef Py_ssize_t nargs = PyVectorcall_NARGS(call.nargsf)
         cdef tuple leaves
-        if nargs != self.nargs or not self._same_keywords(call.kwnames):
+        if nargs != self.nargs or not _same_keywords(call.kwnames, self.kwnames):
             return False
         if not self._statics_match(call.argv, signature.static_args):
             return False
@@ -183,13 +192,6 @@ cdef class CallLayout:
         if self.leaf_index is None:
             return _tuple_from_array(call.argv, PyVectorcall_NARGS(call.nargsf))
         return self._gather(call.argv)
-
-    cdef bint _same_keywords(self, PyObject* kwnames):
-        # Names compared by address: identifiers are interned, and a call site
-        # passes the very same names (often the very same tuple) every time.
-        if kwnames == NULL or self.kwnames is None:
-            return kwnames == NULL and self.kwnames is None
-        return same_items(<tuple>kwnames, <tuple>self.kwnames)
 
     cdef tuple _gather(self, PyObject** argv):
         """The call's leaves, or None where a list or tuple is not the previous
@@ -308,14 +310,9 @@ cdef class CallShape:
         """The call's argument array holds as many arguments of the same
         types, under the same keyword names."""
         cdef Py_ssize_t i, n = PyVectorcall_NARGS(call.nargsf)
-        if n != self.nargs:
+        if n != self.nargs or not _same_keywords(call.kwnames, self.kwnames):
             return False
-        if call.kwnames == NULL or self.kwnames is None:
-            if call.kwnames != NULL or self.kwnames is not None:
-                return False
-        elif not same_items(<tuple>call.kwnames, <tuple>self.kwnames):
-            return False
-        else:
+        if call.kwnames != NULL:
             n += PyTuple_GET_SIZE(<tuple>call.kwnames)
         for i in range(n):
             if type(<object>call.argv[i]) is not <object>PyTuple_GET_ITEM(self.arg_types, i):
