@@ -57,6 +57,8 @@ cdef object _batched_device_put = _jax.batched_device_put
 cdef object _canonicalize_host = _jax.canonicalize_host
 cdef object _consume = _jax.consume_with_handlers
 cdef object _RuntimeError = _jax.RUNTIME_ERROR
+cdef object _ARRAY = _jax.ARRAY_TYPE
+cdef object _KEY_ARRAY = _jax.KEY_ARRAY_TYPE
 cdef object _host_transfer_guard = _jax.host_transfer_guard
 cdef object _runtime_tokens = _jax.runtime_tokens
 cdef object _fresh_token_buffer = _jax.fresh_token_buffer
@@ -136,6 +138,19 @@ cdef Delegate _NO_CONVERSION = Delegate(_reasons.SCALAR_CONVERSION)
 # A Python scalar value not seen before, on an entry too small to gain from
 # converting it here: jax.jit converts it faster.
 cdef Delegate _NEW_SCALAR = Delegate(_reasons.NEW_SCALAR)
+
+
+# An input array deleted (``.delete()``, or donated to an earlier call): the
+# library raises its own error for it (jax.jit: "Array has been deleted ...";
+# for a donated one, the error the launch gave), before anything runs.
+cdef Delegate _DELETED_INPUT = Delegate(_reasons.DELETED_INPUT)
+
+
+cdef bint _any_deleted(object leaves) except -1:
+    for leaf in leaves:
+        if (type(leaf) is _ARRAY or type(leaf) is _KEY_ARRAY) and leaf.is_deleted():
+            return True
+    return False
 
 
 cdef object _as_jit_error(error, bint with_tokens):
@@ -288,6 +303,8 @@ cdef class Executable:
             else:
                 outputs = _consume(self.execute(buffers), self.out_handlers)
         except _RuntimeError as error:
+            if _any_deleted(leaves):
+                return _DELETED_INPUT
             raise _as_jit_error(error, self.with_tokens)
         if launched != NULL:
             launched[0] = now_ns()

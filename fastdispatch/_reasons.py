@@ -40,6 +40,7 @@ ARGUMENTS_FLATTEN_DIFFERENTLY = sys.intern("arguments flatten differently from j
 RESHARD = sys.intern("argument must be resharded")
 HOST_ARGUMENT_PARTITIONED = sys.intern("host argument with a partitioned sharding")
 HOST_ARGUMENT_ELSEWHERE = sys.intern("host argument on no device of this process")
+DELETED_INPUT = sys.intern("deleted input")
 
 # filter_jit: equinox's call runs these.
 EFFECTS = sys.intern("effects")

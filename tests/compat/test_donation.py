@@ -59,6 +59,17 @@ def test_deleted_input_error_cold_and_warm(jit):
         jit(lambda x: x + 1)(x)
 
 
+def test_explicitly_deleted_input_warm(jit):
+    # .delete() frees the buffers outright: jax.jit reports the deleted array even when warm.
+    f = jit(lambda x, y: x + y)
+    x, y = arange((3,)), jnp.ones(3)
+    f(x, y)
+    f(x, y)
+    y.delete()
+    with pytest.raises(RuntimeError, match=r"Array has been deleted with shape=float32\[3\]\."):
+        f(x, y)
+
+
 def test_same_buffer_donated_and_used(jit):
     f = jit(lambda x, y: (x + y, y), donate_argnums=0)
     x = arange((3,))
