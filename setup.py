@@ -13,6 +13,7 @@ from setuptools import Extension, setup
 MODULES = [
     "_pytree",
     "_signature",
+    "_unchanged",  # the identity guard's proof that a tree's objects are unchanged
     "_execute",
     "_outputs",
     "_cache",

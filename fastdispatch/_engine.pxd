@@ -119,5 +119,6 @@ cdef class Engine:
     cdef tuple build_loaded(self, Call* call, CacheEntry entry, list leaves, object loaded)
     cdef void remember(self, Call* call, CacheEntry entry, CallSignature signature)
     cdef void refused_call(self, Call* call, str reason)
+    cdef void guard_passed(self, Call* call, PreviousCall previous, list leaves)
     cdef void handed_off(self, Call* call, CacheEntry entry, str reason)
     cdef object returned(self, Call* call, object out)

@@ -25,9 +25,10 @@ takes these steps, in this order:
 
 A front end is one Engine subclass that supplies its hooks: ``dispatch``,
 ``slow_call``, ``build`` and, where it guards more than the signature,
-``remember``, ``handed_off`` and ``refused_call``; ``returned`` for a post hook; ``warm_key``
-and ``build_loaded`` where its executables can be stored (jit's, filter_jit's;
-nnx.jit's misses are flax's calls, so its own ``_miss`` looks in the store).
+``remember``, ``guard_passed``, ``handed_off`` and ``refused_call``;
+``returned`` for a post hook; ``warm_key`` and ``build_loaded`` where its
+executables can be stored (jit's, filter_jit's; nnx.jit's misses are flax's
+calls, so its own ``_miss`` looks in the store).
 """
 from cpython.object cimport PyObject
 from cpython.ref cimport Py_INCREF, Py_XDECREF
@@ -229,6 +230,7 @@ cdef class Engine:
         cdef PreviousCall previous = self.previous
         if (previous is not None and not previous.entry.evicted
                 and previous.signature.matches_call(treedef, leaves, static_args, context)):
+            self.guard_passed(call, previous, leaves)
             return self.run(call, previous.entry, previous.entry.finish, leaves, times)
 
         cdef LeafKind refused = LEAF_HOST
@@ -397,6 +399,10 @@ cdef class Engine:
 
     cdef void refused_call(self, Call* call, str reason):
         """The library takes a call the fast path refused, for ``reason``."""
+
+    cdef void guard_passed(self, Call* call, PreviousCall previous, list leaves):
+        """The call matched the previous one's signature, with these leaves;
+        ``previous.entry`` runs it next."""
 
     cdef void handed_off(self, Call* call, CacheEntry entry, str reason):
         """The library takes a call on ``entry``, for ``reason``."""

@@ -3,7 +3,10 @@ from fastdispatch._cache cimport CacheEntry
 from fastdispatch._engine cimport Engine
 from fastdispatch._execute cimport Executable
 from fastdispatch._outputs cimport Outputs
+from fastdispatch._keys cimport Py_uhash_t
 from fastdispatch._pytree cimport TreeDef
+from fastdispatch._signature cimport CallSignature
+from fastdispatch._unchanged cimport Unchanged
 
 
 cdef class BindPlan:
@@ -15,10 +18,31 @@ cdef class BindPlan:
     cdef tuple arg_sources         # per bound positional: an int (positional index) or a str (keyword)
     cdef tuple kwarg_names         # the bound keyword arguments' names, in bound order
     cdef tuple kwarg_sources       # per bound keyword argument: where it comes from, as above
+    cdef tuple sources             # arg_sources, then kwarg_sources
     cdef tuple arg_names           # positional parameter names, for reports
 
     cdef bint fits(self, object signature, tuple args, dict kwargs)
     cdef tuple bind(self, tuple args, dict kwargs)
+
+
+cdef class SameCall:
+    cdef object wrapper            # the wrapper called (a weak reference)
+    cdef BindPlan plan             # its binding of the call
+    cdef tuple fun_parts           # its (_dynamic_fun, _static_fun): the function's arrays and rest
+    cdef tuple sources             # per bound argument: where the call passes it (BindPlan.sources)
+    cdef tuple held                # per bound argument: a weak reference (the same object), a value, or None
+    cdef Py_ssize_t* input_at      # per bound argument: its input (an array), SAME_OBJECT or SAME_VALUE
+    cdef Unchanged contents        # what the same objects held
+    cdef list inputs               # the executable's inputs; None where an array argument goes
+    cdef CacheEntry entry          # the entry that ran them
+    cdef CallSignature signature   # the call's own signature: the arrays' keys, jax's context
+    cdef object on_death           # releases this when a weakly held object dies
+    cdef Py_ssize_t hits           # calls it served
+    cdef bint released             # dropped: it proves nothing any more
+
+    cdef list inputs_for(self, object wrapper, dict fields, BindPlan plan, tuple args,
+                         dict kwargs, tuple context)
+    cdef void release(self)
 
 
 cdef class OutputRecipe(Outputs):
@@ -37,7 +61,14 @@ cdef class FilterDispatcher(Engine):
     cdef object warm_options       # what its warm-start keys add (keys.filter_call_key), or None
     cdef dict plans                # (id(signature), nargs, kwnames) -> BindPlan
     cdef BindPlan last_plan        # the plan of the previous call: one identity check
+    # The identity guard: a call on the previous call's very objects.
+    cdef SameCall same             # proves a call is the recorded one, or None
+    cdef Py_uhash_t last_roots     # the previous call's arguments other than arrays, by address
+    cdef bint arm                  # the call being served passes them again: record it
+    cdef int strikes               # records refused, or dropped before serving a call
     cdef object __weakref__
 
     cdef BindPlan plan_for(self, object signature, tuple args, dict kwargs)
     cdef Executable _executable(self, object compiled, CacheEntry entry, list leaves)
+    cdef void _watch_roots(self, BindPlan plan, tuple args, dict kwargs)
+    cdef void _drop_same(self, SameCall same)

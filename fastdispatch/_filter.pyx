@@ -9,7 +9,10 @@ A call ``wrapper(*args, **kwargs)`` is, as equinox makes it:
              function's own arrays (a Module's, a bound method's) are traced too
   key        a CallSignature: the tree, the static leaves (None where an array
              is), the function's static part and donation, the arrays' keys;
-             the identity guard against the previous call first
+             the guard against the previous call's signature first
+  same call  before all of that: a call on the very objects of an earlier one
+             (an unchanged model) is proved so by identity (SameCall), and
+             skips binding, flattening, partitioning and keying
   execute    the executable compiled by equinox's shared jax.jit for that key,
              its inputs in equinox's order (first argument, function, rest)
   rebuild    the output tree: arrays from the executable, every other leaf the
@@ -20,23 +23,27 @@ errors; a first call then hands its executable to the fast path.
 """
 import sys
 import warnings
+import weakref
 
 from cpython.dict cimport PyDict_GetItem, PyDict_Next, PyDict_Size
 from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE, PyList_New, PyList_SET_ITEM
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
-from cpython.object cimport PyObject
+from cpython.object cimport Py_EQ, PyObject, PyObject_RichCompareBool
 from cpython.ref cimport Py_INCREF
 from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE, PyTuple_New, PyTuple_SET_ITEM
 
 from fastdispatch._cache cimport CacheEntry, CompiledFunctionCache
 from fastdispatch._engine cimport (
-    Call, CallTimes, Engine, python_call, trace_context, trace_state_clean, warm_store)
+    Call, CallTimes, Engine, PreviousCall, python_call, trace_context, trace_state_clean,
+    warm_store)
 from fastdispatch._execute cimport Executable, make_executable
+from fastdispatch._keys cimport hash_mix
 from fastdispatch._outputs cimport Outputs, our_treedef
 from fastdispatch._pytree cimport TreeDef, flatten_into
 from fastdispatch._signature cimport (
     CallSignature, LeafKind, LEAF_ARRAY, LEAF_HOST, LEAF_KEY, LEAF_SCALAR, LEAF_TRACER, LEAF_OTHER,
     classify_leaf)
+from fastdispatch._unchanged cimport record_unchanged
 from fastdispatch._cache import default_cache
 from fastdispatch._dispatch import jax_function as _dispatch_jax_function
 from fastdispatch import _jax, _reasons
@@ -44,6 +51,7 @@ from fastdispatch._reasons import NotFast
 
 cdef extern from "Python.h":
     dict PyObject_GenericGetDict(object o, void* context)
+    PyObject* PyWeakref_GET_OBJECT(object ref)
 
 cdef str _EQUINOX = "equinox"
 cdef str _TRACER = _reasons.TRACER
@@ -73,7 +81,18 @@ cdef enum:
 cdef enum:
     MAX_PLANS = 64
 
+# SameCall.input_at, for a bound argument that is not an array.
+cdef enum:
+    SAME_OBJECT = -1    # the very object (held weakly), its contents unchanged
+    SAME_VALUE = -2     # None, or an equal int, float, bool or str of the same type
+
+# After this many SameCalls refused or dropped unused, a dispatcher stops
+# recording them: its calls change what the guard proves too often.
+cdef enum:
+    MAX_STRIKES = 8
+
 cdef dict _NO_KWARGS = {}
+cdef object _ARRAY_TYPE = _jax.ARRAY_TYPE
 
 # Leaf types classify_leaf calls OTHER, by whether equinox.is_array accepts
 # them (an array type jax does not run directly): decided once per type.
@@ -167,11 +186,157 @@ cdef BindPlan _make_plan(object signature, tuple args, dict kwargs):
     plan.arg_sources = tuple([(<_ArgumentStandIn>m).source for m in bound.args])
     plan.kwarg_names = tuple(bound.kwargs)
     plan.kwarg_sources = tuple([(<_ArgumentStandIn>m).source for m in bound.kwargs.values()])
+    plan.sources = plan.arg_sources + plan.kwarg_sources
     plan.as_is = not kwargs and plan.arg_sources == tuple(range(len(args)))
     plan.arg_names = tuple(
         p.name for p in signature.parameters.values()
         if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD))
     return plan
+
+
+cdef class SameCall:
+    """Proof that a call passes an earlier call's very objects, so that the
+    earlier call's executable inputs serve it without binding, flattening,
+    partitioning or keying anything.  It holds when:
+      * the call is made through the same wrapper (its function's parts the
+        same objects), bound by the same plan (the same argument layout);
+      * each bound argument that was an array is an array with the same key
+        (aval, sharding, committed: CallSignature.matches_leaf), and it takes
+        that array's place among the inputs;
+      * each that was None, an int, float, bool or str is an equal value of
+        the same type (equinox's static leaves, compared as it does);
+      * each other one is the very object, and every list, dict and Module
+        below it holds the same objects (fastdispatch._unchanged);
+      * jax's context is the same, and the entry is still in the cache.
+    Then flatten would meet the same objects, partition them alike and key
+    them to this entry.  A donating wrapper is never recorded (a donated
+    array must raise as deleted, on equinox's path).
+
+    The objects are held weakly; the contents below them strongly, until one
+    of them (or the wrapper) dies, when ``release`` drops it all: the record
+    never keeps a model alive past its owner, as jax.jit keeps nothing."""
+
+    def __dealloc__(self):
+        PyMem_Free(self.input_at)
+
+    cdef list inputs_for(self, object wrapper, dict fields, BindPlan plan, tuple args,
+                         dict kwargs, tuple context):
+        """The executable's inputs for this call, when the proof holds; else None."""
+        cdef Py_ssize_t i, at
+        cdef object value, expected
+        if self.released or plan is not self.plan:
+            return None
+        if PyWeakref_GET_OBJECT(self.wrapper) != <PyObject*>wrapper:
+            return None
+        if (PyDict_GetItem(fields, _DYNAMIC_FUN) != PyTuple_GET_ITEM(self.fun_parts, 0)
+                or PyDict_GetItem(fields, _STATIC_FUN) != PyTuple_GET_ITEM(self.fun_parts, 1)):
+            return None
+        if self.entry.evicted or not self.signature.same_context(context):
+            return None
+        cdef list inputs = list(self.inputs)   # may collect garbage: `released` is read again below
+        cdef tuple sources = self.sources, held = self.held
+        for i in range(PyTuple_GET_SIZE(sources)):
+            value = _source(<object>PyTuple_GET_ITEM(sources, i), args, kwargs)
+            at = self.input_at[i]
+            if at == SAME_OBJECT:
+                if PyWeakref_GET_OBJECT(<object>PyTuple_GET_ITEM(held, i)) != <PyObject*>value:
+                    return None
+            elif at == SAME_VALUE:
+                expected = <object>PyTuple_GET_ITEM(held, i)
+                if type(value) is not type(expected) or not PyObject_RichCompareBool(
+                        value, expected, Py_EQ):
+                    return None
+            else:
+                if not self.signature.matches_leaf(value, at):
+                    return None
+                inputs[at] = value
+        if self.released or not self.contents.holds():
+            return None
+        return inputs
+
+    cdef void release(self):
+        """Drop what it holds strongly; it proves nothing after this."""
+        self.released = True
+        self.contents = None
+        self.inputs = None
+        self.fun_parts = None
+        if self.on_death is not None:
+            (<_OnDeath>self.on_death).record = None
+
+
+cdef class _OnDeath:
+    # The weak references' callback: the record goes when what it holds weakly does.
+    cdef SameCall record
+
+    def __call__(self, ref):
+        if self.record is not None:
+            self.record.release()
+
+
+cdef SameCall _record_same(FilterDispatcher dispatcher, Call* call, PreviousCall previous,
+                           list leaves):
+    """A SameCall for this call, which ``previous``'s entry serves with
+    these inputs; None when identity cannot prove its successors alike."""
+    cdef tuple args = <tuple>call.args
+    cdef dict kwargs = <dict>call.kwargs
+    cdef object wrapper = <object>call.function
+    cdef dict fields = PyObject_GenericGetDict(wrapper, NULL)
+    cdef CacheEntry entry = previous.entry
+    if entry.executable is None or (<object>PyDict_GetItem(fields, _DONATE_FIRST) is True
+                                    or <object>PyDict_GetItem(fields, _DONATE_REST) is True):
+        return None
+    cdef BindPlan plan = dispatcher.plan_for(<object>PyDict_GetItem(fields, _SIGNATURE), args, kwargs)
+    if plan.refused:
+        return None
+    cdef SameCall same = SameCall.__new__(SameCall)
+    cdef _OnDeath on_death = _OnDeath.__new__(_OnDeath)
+    on_death.record = same
+    same.on_death = on_death
+    same.sources = plan.sources
+    cdef Py_ssize_t i, n = PyTuple_GET_SIZE(same.sources)
+    same.input_at = <Py_ssize_t*>PyMem_Malloc((n + 1) * sizeof(Py_ssize_t))
+    if same.input_at == NULL:
+        raise MemoryError()
+    cdef list inputs = list(leaves)
+    cdef LeafKind kind
+    held, roots = [], []
+    for i in range(n):
+        value = _source(<object>PyTuple_GET_ITEM(same.sources, i), args, kwargs)
+        kind = classify_leaf(value)
+        if kind == LEAF_ARRAY or kind == LEAF_KEY:
+            # Its one place among the inputs (found by identity: the same
+            # array twice is not recorded). Not held: each call brings its own.
+            places = [k for k in range(len(leaves)) if leaves[k] is value]
+            if len(places) != 1:
+                return None
+            same.input_at[i] = places[0]
+            inputs[places[0]] = None
+            held.append(None)
+        elif value is None or type(value) in (int, float, bool, str):
+            same.input_at[i] = SAME_VALUE
+            held.append(value)
+        else:
+            try:
+                held.append(weakref.ref(value, on_death))
+            except TypeError:
+                return None   # no weak references (a tuple, a list): not recorded
+            same.input_at[i] = SAME_OBJECT
+            roots.append(value)
+    same.contents = record_unchanged(tuple(roots))
+    if same.contents is None:
+        return None
+    try:
+        same.wrapper = weakref.ref(wrapper, on_death)
+    except TypeError:
+        return None
+    same.plan = plan
+    same.fun_parts = (<object>PyDict_GetItem(fields, _DYNAMIC_FUN),
+                      <object>PyDict_GetItem(fields, _STATIC_FUN))
+    same.held = tuple(held)
+    same.inputs = inputs
+    same.entry = entry
+    same.signature = previous.signature
+    return same
 
 
 cdef class OutputRecipe(Outputs):
@@ -318,9 +483,16 @@ cdef class FilterDispatcher(Engine):
         self.plans.clear()
         self.last_plan = None
         self.previous = None
+        if self.same is not None:
+            self._drop_same(self.same)
 
     def _cache_size(self):
         return len(self.executables)
+
+    def _same_call(self):
+        """The identity guard's state, for tests: (calls its record served, or
+        None without one; records refused or dropped unused)."""
+        return (None if self.same is None else self.same.hits), self.strikes
 
     def __repr__(self):
         return f"<fastdispatch filter_jit dispatcher of {self.jitted!r}>"
@@ -350,6 +522,16 @@ cdef class FilterDispatcher(Engine):
         cdef BindPlan plan = self.plan_for(<object>PyDict_GetItem(fields, _SIGNATURE), args, kwargs)
         if plan.refused:
             return self.fallback(call, _ARGUMENT_BINDING, times, None)
+        cdef SameCall same = self.same
+        cdef list inputs
+        if same is not None:
+            inputs = same.inputs_for(<object>call.function, fields, plan, args, kwargs, context)
+            if inputs is not None:
+                same.hits += 1
+                return self.run(call, same.entry, same.entry.finish, inputs, times)
+            self._drop_same(same)
+        elif self.strikes < MAX_STRIKES:
+            self._watch_roots(plan, args, kwargs)
         cdef tuple bound = plan.bind(args, kwargs)
         cdef list leaves = []
         cdef TreeDef treedef = flatten_into(bound, leaves)
@@ -387,7 +569,7 @@ cdef class FilterDispatcher(Engine):
         # of donated and kept arrays by key ("first" < "fun" < "rest").
         cdef bint donate_first = <object>PyDict_GetItem(fields, _DONATE_FIRST) is True
         cdef bint donate_rest = <object>PyDict_GetItem(fields, _DONATE_REST) is True
-        cdef list inputs = dynamic
+        inputs = dynamic
         cdef tuple fun_arrays = <tuple>PyDict_GetItem(fields, _DYNAMIC_FUN)
         fun_dynamic = [value for value in fun_arrays if value is not None]
         for leaf in fun_dynamic:
@@ -406,7 +588,43 @@ cdef class FilterDispatcher(Engine):
         return self.lookup(call, treedef, inputs, static_args, context, plan.arg_names, _FRONT,
                            times)
 
+    cdef void _watch_roots(self, BindPlan plan, tuple args, dict kwargs):
+        """Arm the recording of a SameCall when this call passes the previous
+        call's objects again (arrays aside: each call may bring new ones)."""
+        cdef Py_uhash_t roots = 0
+        cdef Py_ssize_t i
+        cdef tuple sources = plan.sources
+        for i in range(PyTuple_GET_SIZE(sources)):
+            value = _source(<object>PyTuple_GET_ITEM(sources, i), args, kwargs)
+            if type(value) is not _ARRAY_TYPE:
+                roots = hash_mix(roots, <Py_uhash_t><PyObject*>value)
+        self.arm = roots == self.last_roots
+        self.last_roots = roots
+
+    cdef void _drop_same(self, SameCall same):
+        if self.same is same:
+            self.same = None
+        if same.hits == 0:
+            self.strikes += 1
+        same.release()
+
     # -- the engine's hooks ------------------------------------------------
+
+    cdef void guard_passed(self, Call* call, PreviousCall previous, list leaves):
+        """A call on the previous call's objects again: record it (SameCall),
+        so that the next such call is proved by identity."""
+        if not self.arm or self.same is not None:
+            return
+        self.arm = False
+        cdef SameCall same = None
+        try:
+            same = _record_same(self, call, previous, leaves)
+        except Exception:
+            pass   # not recorded: the call runs as it would have
+        if same is None:
+            self.strikes += 1
+        else:
+            self.same = same
 
     cdef object slow_call(self, Call* call):
         """equinox's own call (its frames, warnings and errors)."""

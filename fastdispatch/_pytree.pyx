@@ -795,6 +795,27 @@ cdef list _tuple_memo = [None] * SEQ_SLOTS
 cdef list _list_memo = [None] * SEQ_SLOTS
 
 
+cdef int node_kind(object node) except -1:
+    cdef type t = type(node)
+    if t is tuple:
+        return NODE_TUPLE
+    if t is list:
+        return NODE_LIST
+    if t is dict:
+        return NODE_DICT
+    if node is None:
+        return NODE_NONE
+    _check_registry()
+    cdef NodeType info = _lookup_type(t)
+    if info.kind == NODE_FIELDS:
+        if info.checked and _read_fields(info.layout, node) is not None:
+            return NODE_FIELDS
+        return NODE_CUSTOM
+    if info.kind == NODE_DATACLASS:
+        return NODE_CUSTOM
+    return info.kind
+
+
 cdef TreeDef flatten_into(object tree, list leaves):
     """Append the leaves of `tree` to `leaves` in jax's order and return its TreeDef."""
     cdef PyObject* path[MAX_DEPTH + 1]

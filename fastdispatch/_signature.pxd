@@ -62,6 +62,8 @@ cdef class CallSignature:
     # the structure is the same by construction; jax's context is compared
     # by same_context.
     cdef bint matches_leaves(self, PyObject** leaves, Py_ssize_t n)
+    # The same guard on the one leaf keyed at index i.
+    cdef bint matches_leaf(self, object leaf, Py_ssize_t i)
     # jax's context at a call is this signature's.
     cdef bint same_context(self, tuple context) except -1
 

@@ -329,6 +329,9 @@ cdef class CallSignature:
                 return False
         return True
 
+    cdef bint matches_leaf(self, object leaf, Py_ssize_t i):
+        return 0 <= i < self.num_leaves and _leaf_matches(leaf, &self.keys[i])
+
     def leaf_paths(self):
         """Each keyed leaf's path (a tuple of jax key entries), in key order."""
         if self.front is not None:

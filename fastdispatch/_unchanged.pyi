@@ -1,0 +1,3 @@
+"""Type stubs for the compiled module fastdispatch._unchanged."""
+
+class Unchanged: ...
