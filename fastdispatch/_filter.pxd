@@ -25,24 +25,26 @@ cdef class BindPlan:
     cdef tuple bind(self, tuple args, dict kwargs)
 
 
+cdef class _Strong:
+    cdef Unchanged contents        # what the same objects held
+    cdef list inputs               # the executable's inputs; None where an array argument goes
+    cdef tuple fun_parts           # the wrapper's (_dynamic_fun, _static_fun)
+    cdef void drop(self)
+
+
 cdef class SameCall:
     cdef object wrapper            # the wrapper called (a weak reference)
     cdef BindPlan plan             # its binding of the call
-    cdef tuple fun_parts           # its (_dynamic_fun, _static_fun): the function's arrays and rest
     cdef tuple sources             # per bound argument: where the call passes it (BindPlan.sources)
     cdef tuple held                # per bound argument: a weak reference (the same object), a value, or None
     cdef Py_ssize_t* input_at      # per bound argument: its input (an array), SAME_OBJECT or SAME_VALUE
-    cdef Unchanged contents        # what the same objects held
-    cdef list inputs               # the executable's inputs; None where an array argument goes
+    cdef _Strong strong            # what it holds strongly: emptied when a weakly held object dies
     cdef CacheEntry entry          # the entry that ran them
     cdef CallSignature signature   # the call's own signature: the arrays' keys, jax's context
-    cdef object on_death           # releases this when a weakly held object dies
     cdef Py_ssize_t hits           # calls it served
-    cdef bint released             # dropped: it proves nothing any more
 
     cdef list inputs_for(self, object wrapper, dict fields, BindPlan plan, tuple args,
                          dict kwargs, tuple context)
-    cdef void release(self)
 
 
 cdef class OutputRecipe(Outputs):

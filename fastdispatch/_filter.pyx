@@ -43,7 +43,7 @@ from fastdispatch._pytree cimport TreeDef, flatten_into
 from fastdispatch._signature cimport (
     CallSignature, LeafKind, LEAF_ARRAY, LEAF_HOST, LEAF_KEY, LEAF_SCALAR, LEAF_TRACER, LEAF_OTHER,
     classify_leaf)
-from fastdispatch._unchanged cimport record_unchanged
+from fastdispatch._unchanged cimport Unchanged, record_unchanged
 from fastdispatch._cache import default_cache
 from fastdispatch._dispatch import jax_function as _dispatch_jax_function
 from fastdispatch import _jax, _reasons
@@ -212,9 +212,10 @@ cdef class SameCall:
     them to this entry.  A donating wrapper is never recorded (a donated
     array must raise as deleted, on equinox's path).
 
-    The objects are held weakly; the contents below them strongly, until one
-    of them (or the wrapper) dies, when ``release`` drops it all: the record
-    never keeps a model alive past its owner, as jax.jit keeps nothing."""
+    The objects are held weakly.  What lies below them is held strongly, by a
+    ``_Strong`` that the weak references' callback empties when one of them
+    (or the wrapper) dies: the record never keeps a model alive past its
+    owner, as jax.jit keeps nothing, and no reference cycle holds it."""
 
     def __dealloc__(self):
         PyMem_Free(self.input_at)
@@ -224,16 +225,17 @@ cdef class SameCall:
         """The executable's inputs for this call, when the proof holds; else None."""
         cdef Py_ssize_t i, at
         cdef object value, expected
-        if self.released or plan is not self.plan:
+        cdef _Strong strong = self.strong
+        if strong.contents is None or plan is not self.plan:
             return None
         if PyWeakref_GET_OBJECT(self.wrapper) != <PyObject*>wrapper:
             return None
-        if (PyDict_GetItem(fields, _DYNAMIC_FUN) != PyTuple_GET_ITEM(self.fun_parts, 0)
-                or PyDict_GetItem(fields, _STATIC_FUN) != PyTuple_GET_ITEM(self.fun_parts, 1)):
+        if (PyDict_GetItem(fields, _DYNAMIC_FUN) != PyTuple_GET_ITEM(strong.fun_parts, 0)
+                or PyDict_GetItem(fields, _STATIC_FUN) != PyTuple_GET_ITEM(strong.fun_parts, 1)):
             return None
         if self.entry.evicted or not self.signature.same_context(context):
             return None
-        cdef list inputs = list(self.inputs)   # may collect garbage: `released` is read again below
+        cdef list inputs = list(strong.inputs)   # may collect garbage, and empty `strong`
         cdef tuple sources = self.sources, held = self.held
         for i in range(PyTuple_GET_SIZE(sources)):
             value = _source(<object>PyTuple_GET_ITEM(sources, i), args, kwargs)
@@ -250,27 +252,25 @@ cdef class SameCall:
                 if not self.signature.matches_leaf(value, at):
                     return None
                 inputs[at] = value
-        if self.released or not self.contents.holds():
+        cdef Unchanged contents = strong.contents
+        if contents is None or not contents.holds():
             return None
         return inputs
 
-    cdef void release(self):
-        """Drop what it holds strongly; it proves nothing after this."""
-        self.released = True
+
+cdef class _Strong:
+    """What a SameCall holds strongly (the contents below its objects, the
+    executable inputs among them, the function's parts).  It is the callback
+    of the SameCall's weak references, so it is emptied when one of their
+    objects dies; it holds nothing that leads back to them."""
+
+    cdef void drop(self):
         self.contents = None
         self.inputs = None
         self.fun_parts = None
-        if self.on_death is not None:
-            (<_OnDeath>self.on_death).record = None
-
-
-cdef class _OnDeath:
-    # The weak references' callback: the record goes when what it holds weakly does.
-    cdef SameCall record
 
     def __call__(self, ref):
-        if self.record is not None:
-            self.record.release()
+        self.drop()
 
 
 cdef SameCall _record_same(FilterDispatcher dispatcher, Call* call, PreviousCall previous,
@@ -289,9 +289,7 @@ cdef SameCall _record_same(FilterDispatcher dispatcher, Call* call, PreviousCall
     if plan.refused:
         return None
     cdef SameCall same = SameCall.__new__(SameCall)
-    cdef _OnDeath on_death = _OnDeath.__new__(_OnDeath)
-    on_death.record = same
-    same.on_death = on_death
+    cdef _Strong strong = _Strong.__new__(_Strong)
     same.sources = plan.sources
     cdef Py_ssize_t i, n = PyTuple_GET_SIZE(same.sources)
     same.input_at = <Py_ssize_t*>PyMem_Malloc((n + 1) * sizeof(Py_ssize_t))
@@ -317,23 +315,24 @@ cdef SameCall _record_same(FilterDispatcher dispatcher, Call* call, PreviousCall
             held.append(value)
         else:
             try:
-                held.append(weakref.ref(value, on_death))
+                held.append(weakref.ref(value, strong))
             except TypeError:
                 return None   # no weak references (a tuple, a list): not recorded
             same.input_at[i] = SAME_OBJECT
             roots.append(value)
-    same.contents = record_unchanged(tuple(roots))
-    if same.contents is None:
+    strong.contents = record_unchanged(tuple(roots))
+    if strong.contents is None:
         return None
     try:
-        same.wrapper = weakref.ref(wrapper, on_death)
+        same.wrapper = weakref.ref(wrapper, strong)
     except TypeError:
         return None
+    strong.inputs = inputs
+    strong.fun_parts = (<object>PyDict_GetItem(fields, _DYNAMIC_FUN),
+                        <object>PyDict_GetItem(fields, _STATIC_FUN))
+    same.strong = strong
     same.plan = plan
-    same.fun_parts = (<object>PyDict_GetItem(fields, _DYNAMIC_FUN),
-                      <object>PyDict_GetItem(fields, _STATIC_FUN))
     same.held = tuple(held)
-    same.inputs = inputs
     same.entry = entry
     same.signature = previous.signature
     return same
@@ -606,7 +605,7 @@ cdef class FilterDispatcher(Engine):
             self.same = None
         if same.hits == 0:
             self.strikes += 1
-        same.release()
+        same.strong.drop()
 
     # -- the engine's hooks ------------------------------------------------
 
