@@ -5,39 +5,48 @@ from fastdispatch import jit     # instead of: from jax import jit
 
 import os
 
-from fastdispatch import _pytree
-from fastdispatch._cache import CompiledFunctionCache, default_cache
-from fastdispatch._device_put import device_put
-from fastdispatch._dispatch import CompiledFunction, jit, set_post_hook
-from fastdispatch.arg_signature import ArgSignature, arg_signature_of_value, is_float0
-from fastdispatch.state import (
-    JitState,
-    get_enable_x64,
-    global_state,
-    jit_is_disabled,
-    set_thread_local_state_initialization_callback,
-    thread_local_state,
-)
-from fastdispatch.tracing import assert_max_compiles, stats, trace
+from fastdispatch._jax import UNSUPPORTED, UnsupportedJaxError, UnsupportedJaxWarning
 
-# Plain jit reads equinox Modules (eqx.partition's halves, say) in C once the
-# program uses one: the equinox front end's field reader, loaded on first sight.
-_pytree.add_lazy_field_reader("equinox", "fastdispatch.equinox")
-
-# FASTDISPATCH_WARM_START=DIR turns warm start on for the whole program
-# (docs/warm-start.md); FASTDISPATCH_WARM_START_MAX_BYTES bounds the store,
-# FASTDISPATCH_WARM_START_CHECKED=1 keys calls on their traced programs.
-# The warm package (and hashlib, inspect) is imported only then, or on first
-# use of warm_start: a program that never asks for it does not pay its import.
-if os.environ.get("FASTDISPATCH_WARM_START"):
-    from fastdispatch.warm import warm_start
-    from fastdispatch.warm.store import DEFAULT_MAX_BYTES as _MAX_BYTES
-
-    warm_start(
-        os.environ["FASTDISPATCH_WARM_START"],
-        max_bytes=int(os.environ.get("FASTDISPATCH_WARM_START_MAX_BYTES", _MAX_BYTES)),
-        checked=os.environ.get("FASTDISPATCH_WARM_START_CHECKED", "") not in ("", "0"),
+if UNSUPPORTED is None:
+    from fastdispatch import _pytree
+    from fastdispatch._cache import CompiledFunctionCache, default_cache
+    from fastdispatch._device_put import device_put
+    from fastdispatch._dispatch import CompiledFunction, jit, set_post_hook
+    from fastdispatch.arg_signature import ArgSignature, arg_signature_of_value, is_float0
+    from fastdispatch.state import (
+        JitState,
+        get_enable_x64,
+        global_state,
+        jit_is_disabled,
+        set_thread_local_state_initialization_callback,
+        thread_local_state,
     )
+    from fastdispatch.tracing import assert_max_compiles, stats, trace
+
+    # Plain jit reads equinox Modules (eqx.partition's halves, say) in C once the
+    # program uses one: the equinox front end's field reader, loaded on first sight.
+    _pytree.add_lazy_field_reader("equinox", "fastdispatch.equinox")
+
+    # FASTDISPATCH_WARM_START=DIR turns warm start on for the whole program
+    # (docs/warm-start.md); FASTDISPATCH_WARM_START_MAX_BYTES bounds the store,
+    # FASTDISPATCH_WARM_START_CHECKED=1 keys calls on their traced programs.
+    # The warm package (and hashlib, inspect) is imported only then, or on first
+    # use of warm_start: a program that never asks for it does not pay its import.
+    if os.environ.get("FASTDISPATCH_WARM_START"):
+        from fastdispatch.warm import warm_start
+        from fastdispatch.warm.store import DEFAULT_MAX_BYTES as _MAX_BYTES
+
+        warm_start(
+            os.environ["FASTDISPATCH_WARM_START"],
+            max_bytes=int(os.environ.get("FASTDISPATCH_WARM_START_MAX_BYTES", _MAX_BYTES)),
+            checked=os.environ.get("FASTDISPATCH_WARM_START_CHECKED", "") not in ("", "0"),
+        )
+else:
+    # A jax fastdispatch does not know (_jax.py warned once, naming what it lacks):
+    # the libraries' own functions, decided here once (fastdispatch/_handoff.py).
+    from fastdispatch import _handoff
+
+    globals().update(_handoff.names())
 
 
 def __getattr__(name):
@@ -77,6 +86,8 @@ __all__ = [
     "stats",
     "thread_local_state",
     "trace",
+    "UnsupportedJaxError",
+    "UnsupportedJaxWarning",
     "warm_start",
     "warm_start_stats",
 ]

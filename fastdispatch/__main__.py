@@ -362,9 +362,31 @@ def program_frames(tb):
     return tb
 
 
+def run_stock(options, tracing):
+    """On a jax fastdispatch does not serve (import warned why): the program as
+    ``python script.py`` runs it, with nothing patched, and --trace's report, or
+    a warm-start store, replaced by a plain line saying there is none."""
+    from fastdispatch._jax import UNSUPPORTED
+
+    if tracing or options.warm_start is not None:
+        what = "no dispatch report" if tracing else "no warm start"
+        if tracing and options.warm_start is not None:
+            what = "no dispatch report and no warm start"
+        atexit.register(
+            lambda: sys.stderr.write(f"{PROG}: {what}: the program ran on stock jax ({UNSUPPORTED})\n")
+        )
+    return run(options)
+
+
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
+    import fastdispatch  # noqa: F401  (on a jax it does not serve: one warning, here)
+    from fastdispatch._jax import UNSUPPORTED
+
     if argv[:1] == ["bench"]:
+        if UNSUPPORTED is not None:
+            sys.stderr.write(f"{PROG} bench: nothing to measure: {UNSUPPORTED}\n")
+            return 1
         from fastdispatch.bench import main as bench_main
 
         return bench_main(argv[1:])
@@ -384,9 +406,11 @@ def main(argv=None):
             )
     if options.warm_start_checked and options.warm_start is None:
         usage_error("--warm-start-checked needs --warm-start DIR")
+    tracing = bool(options.trace or options.trace_out or options.trace_json)
+    if UNSUPPORTED is not None:
+        return run_stock(options, tracing)
     if options.warm_start is not None:
         start_warm(options)
-    tracing = bool(options.trace or options.trace_out or options.trace_json)
     if options.patch:
         patch_jax(remember_sites=tracing)
     if tracing:

@@ -45,7 +45,10 @@ from fastdispatch import _reasons
 from fastdispatch._reasons import NotFast
 
 cdef object _trace_context = _jax.trace_context
+# jax's thread-local trace state: the holder, the attribute that holds it, and
+# its value with no transformation tracing (which attribute: _jax, by jax version).
 cdef object _trace_state = _jax.TRACE_STATE
+cdef str _trace_state_attr = _jax.TRACE_STATE_ATTR
 cdef object _clean_trace_state = _jax.CLEAN_TRACE_STATE
 cdef object _slow_path_reason = _jax.slow_path_reason
 # make_signature's refusals, by what it refused.
@@ -93,7 +96,7 @@ def set_trace_sink(sink):
 
 
 cdef bint trace_state_clean() noexcept:
-    return _trace_state.value is _clean_trace_state
+    return getattr(_trace_state, _trace_state_attr) is _clean_trace_state
 
 
 cdef tuple trace_context():

@@ -2,7 +2,18 @@
 
 Everything fastdispatch needs from jax beyond its public API goes through this
 module, so that a jax upgrade breaks in one place, loudly, under
-tests/unit/test_jax.py.  Supported: jax 0.10.x (pinned in pyproject.toml).
+tests/unit/test_jax.py.  Supported: jax 0.8.x, 0.9.x and 0.10.x (pyproject.toml's
+range, SUPPORTED_JAX here).
+
+Each name is resolved once, at import, by ``_need``: what this jax lacks is
+collected, not raised.  Where anything is missing, or jax is outside the
+supported range, ``UNSUPPORTED`` says so (one UnsupportedJaxWarning, at import)
+and ``fastdispatch`` hands every call to the libraries' own functions
+(fastdispatch/_handoff.py): the hot path never asks again.  A name that moved
+between the supported minors is chosen by feature detection (which form this
+jax has), never by its version string: those shims are marked "moved" below.
+Attributes of instances (a Compiled's ``_executable``, an ExecuteReplicated's
+fields) cannot be resolved without a compile: tests/unit/test_jax.py checks them.
 
 Private names used, all read here only:
   jax._src.api.jit                        jax.jit itself, even while jax.jit is patched
@@ -13,14 +24,18 @@ Private names used, all read here only:
                                           placement of an array (cheaper than .sharding)
   jax._src.random.prng.PRNGKeyArray, ._base_array, ._impl
                                           typed PRNG keys, their physical array, their impl
+                                          (moved: jax._src.prng before 0.10)
   PRNGImpl.key_shape, PRNGImpl.tag        a key impl's physical trailing shape and its name
   jaxlib ExecuteResults.consume_with_handlers
                                           turns an execution's buffers into jax Arrays
   jax._src.config.trace_context           every config value that changes tracing
-  jax._src.config.trace_context_names     their names
+  jax._src.config.trace_context_names     their names (moved: before 0.10, found by setting
+                                          each jaxlib Config of jax._src.config in turn)
   jax._src.config.disable_jit, no_tracing, no_execution
                                           settings under which jax itself must run a call
   jax._src.core.trace_state, eval_trace   whether a transformation is tracing right now
+                                          (moved: core.trace_ctx.trace before 0.10)
+  jax._src.core.trace_state_clean         the same, named axes included
   JitWrapped._jit_info                    jax.jit's resolved static/donated arguments
   jax.stages.Compiled._executable         the pxla.MeshExecutable behind a Compiled
   MeshExecutable.xla_executable           jaxlib LoadedExecutable (execute_sharded)
@@ -80,41 +95,98 @@ Private names used, all read here only:
                                           jax.monitoring's names of a compile's phases
   jax._src.core.AxisEnv .axis_sizes, .spmd_axis_names, .explicit_mesh_axis_names
                                           the trace context's axis environment, as data
-                                          (warm start's key)
+                                          (warm start's key; before 0.10 the context holds
+                                          it as plain (name, size) pairs already)
+  jax.tree_util.flatten_one_level_with_keys
+                                          a node's children and their keys (moved: public
+                                          since 0.10; before, tree_flatten_with_path one
+                                          level deep)
 """
 
 from __future__ import annotations
 
+import importlib
+import re
+import warnings
 from typing import NamedTuple
 
 import jax
 import numpy as np
-from jax._src import api as _api
-from jax._src import array as _array
-from jax._src import config as _config
-from jax._src import core as _core
-from jax._src import dispatch as _dispatch
-from jax._src import distributed as _distributed
-from jax._src import dtypes as _dtypes
-from jax._src import tree_util as _tree_util
-from jax._src import util as _util
-from jax._src import xla_bridge as _xla_bridge
-from jax._src.interpreters import pxla as _pxla
-from jax._src.lib import _jax as _xc
-from jax._src.lib import _profiler
-from jax._src.lib import jax_jit as _jax_jit
-from jax._src.random import prng as _prng
 
 from fastdispatch import _reasons
 from fastdispatch._reasons import NotFast
 
+# -- what this jax has ---------------------------------------------------------------
+
+# The jax minors fastdispatch is tested on, lowest included, highest excluded:
+# pyproject.toml's range (tests/unit/test_jax.py checks that they agree).
+SUPPORTED_JAX = ((0, 8), (0, 11))
+SUPPORTED_TEXT = ">=0.8,<0.11"
+
+
+class UnsupportedJaxWarning(RuntimeWarning):
+    """fastdispatch does not know the installed jax: every call goes to jax itself."""
+
+
+class UnsupportedJaxError(RuntimeError):
+    """A fastdispatch tool (trace, stats, the cache...) was used on a jax that
+    fastdispatch does not serve."""
+
+
+_absent = []  # dotted names this jax lacks, in the order they were asked for
+
+
+def _resolve(dotted: str):
+    """The object a dotted name names, importing modules along it; jaxlib's
+    extension modules (jax._src.lib._jax) are attributes, not submodules."""
+    parts = dotted.split(".")
+    value = importlib.import_module(parts[0])
+    for i, name in enumerate(parts[1:], 2):
+        try:
+            value = getattr(value, name)
+        except AttributeError:
+            if not hasattr(value, "__path__"):  # not a package: no submodule either
+                raise
+            value = importlib.import_module(".".join(parts[:i]))
+    return value
+
+
+def _need(module: str, path: str = ""):
+    """The object at ``module`` and attribute ``path`` below it, or None where
+    this jax lacks it, recorded in ``_absent``."""
+    dotted = f"{module}.{path}" if path else module
+    try:
+        return _resolve(dotted)
+    except (ImportError, AttributeError):
+        _absent.append(dotted)
+        return None
+
+
+def _has(module: str, path: str) -> bool:
+    """Whether this jax has the name, asked without recording it: a shim's choice."""
+    try:
+        _resolve(f"{module}.{path}")
+    except (ImportError, AttributeError):
+        return False
+    return True
+
+
+def _jax_minor() -> tuple[int, int] | None:
+    match = re.match(r"(\d+)\.(\d+)", jax.__version__)
+    return (int(match[1]), int(match[2])) if match else None
+
+
 # jax's own jit: the slow path and the compiler.  Read from jax._src so that
 # `python -m fastdispatch` patching the public ``jax.jit`` never loops back here.
-jax_jit = _api.jit
+jax_jit = _need("jax._src.api", "jit")
 
 # The concrete types the fast path reads directly.
-ARRAY_TYPE = _array.ArrayImpl
-KEY_ARRAY_TYPE = _prng.PRNGKeyArray
+ARRAY_TYPE = _need("jax._src.array", "ArrayImpl")
+# moved: jax._src.random.prng is a module from 0.10; before, jax._src.prng
+# (which jax._src.random imported under that name).
+_PRNG = "jax._src.prng" if _has("jax._src.prng", "PRNGKeyArray") else "jax._src.random.prng"
+KEY_ARRAY_TYPE = _need(_PRNG, "PRNGKeyArray")
+_KEY_TY = _need(_PRNG, "KeyTy")
 TRACER_TYPE = jax.core.Tracer
 RUNTIME_ERROR = jax.errors.JaxRuntimeError
 
@@ -129,16 +201,27 @@ KEY_IMPL_ATTR = "_impl"
 
 # The unbound method, called as consume(results, handlers): no attribute lookup
 # on each call's fresh ExecuteResults.
-consume_with_handlers = _xc.ExecuteResults.consume_with_handlers
+consume_with_handlers = _need("jax._src.lib._jax", "ExecuteResults.consume_with_handlers")
 
 # jax's tuple of every config value that affects tracing (x64, default device,
 # mesh context, disable_jit, no_execution, ...): part of every cache key.
-trace_context = _config.trace_context
+trace_context = _need("jax._src.config", "trace_context")
 
 # A transformation in progress (an outer jit, grad, vmap) sets jax's thread-local
-# trace state; calls made then must be staged by jax, never executed by us.
-TRACE_STATE = _core.trace_state
-CLEAN_TRACE_STATE = _core.eval_trace._weakref
+# trace state; calls made then must be staged by jax, never executed by us.  The
+# engine asks ``getattr(TRACE_STATE, TRACE_STATE_ATTR) is CLEAN_TRACE_STATE``.
+# moved: from 0.10 a jaxlib Config holding the trace's weak reference; before,
+# core.trace_ctx, a threading.local holding the trace itself.
+_eval_trace = _need("jax._src.core", "eval_trace")
+if _has("jax._src.core", "trace_state"):
+    TRACE_STATE = _need("jax._src.core", "trace_state")
+    TRACE_STATE_ATTR = "value"
+    CLEAN_TRACE_STATE = _need("jax._src.core", "eval_trace._weakref")
+else:
+    TRACE_STATE = _need("jax._src.core", "trace_ctx")
+    TRACE_STATE_ATTR = "trace"
+    CLEAN_TRACE_STATE = _eval_trace
+_trace_state_clean = _need("jax._src.core", "trace_state_clean")
 
 
 def trace_state_is_clean() -> bool:
@@ -147,12 +230,59 @@ def trace_state_is_clean() -> bool:
     engine's ``trace_state_clean``: is TRACE_STATE's value the clean one);
     a miss then asks this, so that a call made under named axes alone is
     jax's too."""
-    return _core.trace_state_clean()
+    return _trace_state_clean()
+
+
+_config_ext = _need("jax._src.config", "config_ext")
+_trace_context_names = (
+    _need("jax._src.config", "trace_context_names")
+    if _has("jax._src.config", "trace_context_names")
+    else None
+)
+_found_names = None
 
 
 def trace_context_names() -> tuple:
-    """Names of the values in ``trace_context()``, in order (for reports)."""
-    return tuple(_config.trace_context_names())
+    """Names of the values in ``trace_context()``, in order (for reports and
+    warm start's keys)."""
+    if _trace_context_names is not None:
+        try:
+            return tuple(_trace_context_names())
+        except NotImplementedError:  # jax 0.10 on a jaxlib that cannot name them
+            pass
+    global _found_names
+    if _found_names is None:
+        _found_names = _probe_trace_context_names()
+    return _found_names
+
+
+def _probe_trace_context_names() -> tuple:
+    """moved: jaxlib before 0.10 does not name the trace context's values.  Each
+    is a jaxlib Config of jax._src.config: set each Config's per-thread value to
+    a marker in turn, see where the marker shows up, and put the value back."""
+    configs = {}
+    for value in (*vars(_config_module).values(), *_config_module.config_states.values()):
+        if isinstance(value, _config_ext.Config):
+            configs[id(value)] = value
+    names = [f"trace_context[{i}]" for i in range(len(trace_context()))]
+    for config in configs.values():
+        marker = object()
+        previous = config.get_local()
+        config.set_local(marker)
+        try:
+            context = trace_context()
+        finally:
+            config.set_local(previous)
+        for i, value in enumerate(context):
+            if value is marker:
+                names[i] = config.name
+    return tuple(names)
+
+
+_config_module = _need("jax._src.config")
+_DISABLE_JIT = _need("jax._src.config", "disable_jit")
+_NO_TRACING = _need("jax._src.config", "no_tracing")
+_NO_EXECUTION = _need("jax._src.config", "no_execution")
 
 
 def slow_path_reason() -> str | None:
@@ -161,11 +291,11 @@ def slow_path_reason() -> str | None:
     Read on a cache miss only: each of these settings is part of
     ``trace_context()``, so a change in them also changes the cache key.
     """
-    if _config.disable_jit.value:
+    if _DISABLE_JIT.value:
         return _reasons.DISABLE_JIT
-    if _config.no_tracing.value:
+    if _NO_TRACING.value:
         return _reasons.NO_TRACING
-    if _config.no_execution.value:
+    if _NO_EXECUTION.value:
         return _reasons.NO_EXECUTION
     if not trace_state_is_clean():
         return _reasons.TRACER
@@ -173,6 +303,9 @@ def slow_path_reason() -> str | None:
 
 
 # -- pytrees -------------------------------------------------------------------
+
+
+_registry = _need("jax._src.tree_util", "_registry")
 
 
 def pytree_registry() -> dict:
@@ -183,7 +316,7 @@ def pytree_registry() -> dict:
     ``register_dataclass``, ``register_static``) appears here; the dict only
     grows, so its length tells a cache when to look again.
     """
-    return _tree_util._registry
+    return _registry
 
 
 def dataclass_fields(to_iter):
@@ -211,6 +344,21 @@ def dataclass_fields(to_iter):
     if not all(type(name) is str for name in data + meta):
         return None
     return data, meta
+
+
+def _one_level_with_path(tree):
+    """moved: jax before 0.10 has no flatten_one_level_with_keys; flattening with
+    paths, every node below the root a leaf, gives the same keys and children."""
+    pairs, _ = jax.tree_util.tree_flatten_with_path(tree, is_leaf=lambda node: node is not tree)
+    return [(path[0], child) for path, child in pairs]
+
+
+# A node's children with their keys, as jax names them: ``[(key, child), ...]``.
+flatten_one_level_with_keys = (
+    (lambda tree: list(jax.tree_util.flatten_one_level_with_keys(tree)[0]))
+    if hasattr(jax.tree_util, "flatten_one_level_with_keys")
+    else _one_level_with_path
+)
 
 
 # -- arrays and keys -------------------------------------------------------------
@@ -274,6 +422,11 @@ class ExecutableParts(NamedTuple):
     calls_host: bool  # it runs Python on the host (callbacks, effects)
 
 
+_MESH_EXECUTABLE = _need("jax._src.interpreters.pxla", "MeshExecutable")
+_EXECUTE_REPLICATED = _need("jax._src.interpreters.pxla", "ExecuteReplicated")
+_needs_check_special = _need("jax._src.dispatch", "needs_check_special")
+
+
 def compiled_memory_bytes(execute) -> int | None:
     """The device memory one loaded executable holds (its code, temporaries,
     arguments and outputs, from XLA's memory analysis), given the
@@ -303,16 +456,16 @@ def executable_parts(compiled) -> ExecutableParts:
     NotFast with the reason for the slow path.
     """
     executable = compiled._executable
-    if not isinstance(executable, _pxla.MeshExecutable):
+    if not isinstance(executable, _MESH_EXECUTABLE):
         raise NotFast(_reasons.NOT_MESH_EXECUTABLE)
     call = executable.unsafe_call
-    if not isinstance(call, _pxla.ExecuteReplicated):
+    if not isinstance(call, _EXECUTE_REPLICATED):
         raise NotFast(_reasons.NOT_REPLICATED_EXECUTABLE)
     if call.mut is not None:
         raise NotFast(_reasons.MUTABLE_ARRAYS)
     if call.pgle_profiler is not None:
         raise NotFast(_reasons.PGLE)
-    if _dispatch.needs_check_special():
+    if _needs_check_special():
         raise NotFast(_reasons.DEBUG_NANS)
     if any(layout is not None for layout in executable._dispatch_in_layouts):
         raise NotFast(_reasons.CUSTOM_LAYOUTS)
@@ -384,10 +537,10 @@ def scalar_devices(sharding) -> tuple:
 # Each is a jaxlib Config with a global value and a per-thread one that wins
 # when set: `with jax.disable_jit():`, `with jax.enable_x64(True):` and
 # `with jax.default_device(d):` set the calling thread's.
-DISABLE_JIT = _config.disable_jit
-ENABLE_X64 = _config.enable_x64
-DEFAULT_DEVICE = _config.default_device
-_UNSET = _xc.config.unset
+DISABLE_JIT = _DISABLE_JIT
+ENABLE_X64 = _need("jax._src.config", "enable_x64")
+DEFAULT_DEVICE = _need("jax._src.config", "default_device")
+_UNSET = _need("jax._src.lib._jax", "config.unset")
 
 
 def local_setting(setting):
@@ -413,26 +566,29 @@ def set_local_setting(setting, value) -> None:
 
 # jaxlib's signature of one argument, for values the dispatcher hands to jax
 # without keying them itself (enums, float subclasses, strings, tracers).
-jaxlib_arg_signature = _jax_jit._ArgSignatureOfValue
+jaxlib_arg_signature = _need("jax._src.lib.jax_jit", "_ArgSignatureOfValue")
+_jax_dtype_set = _need("jax._src.dtypes", "_jax_dtype_set")
+_canonicalize_dtype = _need("jax._src.dtypes", "_canonicalize_dtype")
+_python_scalar_dtypes = _need("jax._src.dtypes", "python_scalar_types_to_dtypes")
 
 
 def canonical_dtype(dtype, x64: bool):
     """The dtype jax gives a numpy value of ``dtype``: 64-bit types squashed to
     32 bits unless ``x64``.  None for a dtype jax arrays cannot have (strings,
     objects)."""
-    if np.dtype(dtype) not in _dtypes._jax_dtype_set:
+    if np.dtype(dtype) not in _jax_dtype_set:
         return None
-    return _dtypes._canonicalize_dtype(x64, False, dtype)
+    return _canonicalize_dtype(x64, False, dtype)
 
 
 def python_scalar_dtype(py_type: type, x64: bool):
     """The dtype jax gives a Python bool, int, float or complex of this type."""
-    return canonical_dtype(_dtypes.python_scalar_types_to_dtypes[py_type], x64)
+    return canonical_dtype(_python_scalar_dtypes[py_type], x64)
 
 
 def key_dtype(impl):
     """The dtype of typed PRNG keys of this implementation, e.g. ``key<fry>``."""
-    return _prng.KeyTy(impl)
+    return _KEY_TY(impl)
 
 
 # -- the profiler (jax.profiler) --------------------------------------------------------
@@ -441,16 +597,27 @@ def key_dtype(impl):
 # capture, from its construction to __exit__.  TRACE_ME.is_enabled() says
 # whether a capture is running (~5 ns from Cython: an atomic load in C++);
 # a span made while none is records nothing.
-TRACE_ME = _profiler.TraceMe
+TRACE_ME = _need("jax._src.lib._profiler", "TraceMe")
+_fun_name = _need("jax._src.util", "fun_name")
 
 
 def fun_name(fun) -> str:
     """The name jax.jit puts in its spans, ``PjitFunction(<name>)``: the
     function's ``__name__``, through functools.partial."""
-    return _util.fun_name(fun)
+    return _fun_name(fun)
 
 
 # -- several processes (jax.distributed) -------------------------------------------
+
+
+_backends_are_initialized = _need("jax._src.xla_bridge", "backends_are_initialized")
+_distributed = _need("jax._src.distributed")
+_need("jax._src.distributed", "global_state")
+_xla_bridge = _need("jax._src.xla_bridge")
+_need("jax._src.xla_bridge", "register_backend_factory")
+_need("jax._src.xla_bridge", "make_cpu_client")
+_xc = _need("jax._src.lib._jax")
+_need("jax._src.lib._jax", "make_gloo_tcp_collectives")
 
 
 def process_of_program() -> tuple[int, int] | None:
@@ -461,7 +628,7 @@ def process_of_program() -> tuple[int, int] | None:
     the program's back, and under jax.distributed would wait for the other
     processes): with no backend up yet, jax.distributed's own record answers,
     which ``jax.distributed.shutdown()`` leaves in place."""
-    if _xla_bridge.backends_are_initialized():
+    if _backends_are_initialized():
         count = jax.process_count()
         return (jax.process_index(), count) if count > 1 else None
     state = _distributed.global_state
@@ -476,7 +643,7 @@ def gloo_on_address(address: str) -> None:
     jax's own CPU backend lets gloo bind to whatever the machine's hostname
     resolves to; there is no option for it.  Call after
     ``jax.distributed.initialize`` and before anything starts the CPU backend."""
-    if _xla_bridge.backends_are_initialized():
+    if _backends_are_initialized():
         raise RuntimeError("gloo_on_address: jax's backends have started already")
     if _distributed.global_state.client is None:
         raise RuntimeError("gloo_on_address: call jax.distributed.initialize first")
@@ -494,7 +661,11 @@ def gloo_on_address(address: str) -> None:
 
 # An ordered effect's token: core.Token(array).  Its array is what the
 # executable takes and returns for the effect.
-TOKEN_TYPE = _core.Token
+TOKEN_TYPE = _need("jax._src.core", "Token")
+_runtime_tokens_module = _need("jax._src.dispatch")
+_need("jax._src.dispatch", "runtime_tokens")
+_typeof = _need("jax._src.core", "typeof")
+_SHAPED_ARRAY = _need("jax._src.core", "ShapedArray")
 
 
 def runtime_tokens():
@@ -502,7 +673,7 @@ def runtime_tokens():
     threading.local).  Read on every call: ``current_tokens`` and
     ``output_runtime_tokens`` are per thread, and ``clear()`` (jax.effects_barrier)
     replaces them."""
-    return _dispatch.runtime_tokens
+    return _runtime_tokens_module.runtime_tokens
 
 
 def fresh_token_buffer(device):
@@ -510,9 +681,9 @@ def fresh_token_buffer(device):
     token after blocking on the previous one (``array._token_shard_arg``).  The
     executable never reads it, nor donates it, so one serves every call."""
     host = np.zeros(0, np.bool_)
-    with _config.explicit_device_put_scope():
-        return _xc.batched_device_put(
-            _core.typeof(host), jax.sharding.SingleDeviceSharding(device), [host], [device], True
+    with explicit_put_scope():
+        return batched_device_put(
+            _typeof(host), jax.sharding.SingleDeviceSharding(device), [host], [device], True
         )
 
 
@@ -521,7 +692,7 @@ def fresh_token_buffer(device):
 
 # jaxlib's own function, for callers that build its argument lists themselves
 # (fastdispatch.device_put: ~0.1 us a leaf less than put_host's frame).
-batched_device_put = _xc.batched_device_put
+batched_device_put = _need("jax._src.lib._jax", "batched_device_put")
 
 
 def put_host(value, aval, sharding, devices, committed):
@@ -536,63 +707,73 @@ def put_host(value, aval, sharding, devices, committed):
     transfer guard applies (inside ``explicit_put_scope()``, the explicit one).
     Raises jax's JaxRuntimeError for a value that does not convert (an int too
     large for int32) or a transfer the guard disallows."""
-    return _xc.batched_device_put(aval, sharding, [value] * len(devices), list(devices), committed)
+    return batched_device_put(aval, sharding, [value] * len(devices), list(devices), committed)
+
+
+_TRANSFER_GUARD = _need("jax._src.config", "transfer_guard_host_to_device")
 
 
 def host_transfer_guard():
     """The host-to-device transfer guard in force: None (unset), "allow", "log",
     "disallow", "log_explicit" or "disallow_explicit".  Not part of
     ``trace_context()``: read it where a transfer might be skipped."""
-    return _config.transfer_guard_host_to_device.value
+    return _TRANSFER_GUARD.value
 
 
-explicit_put_scope = _config.explicit_device_put_scope
-default_device = _pxla.get_default_device
+explicit_put_scope = _need("jax._src.config", "explicit_device_put_scope")
+default_device = _need("jax._src.interpreters.pxla", "get_default_device")
+_dtype_of_host = _need("jax._src.dtypes", "canonicalize_dtype")
+_canonicalize_value = _need("jax._src.dtypes", "canonicalize_value")
 
 
 def x64_enabled() -> bool:
-    return _config.enable_x64.value
+    return ENABLE_X64.value
 
 
 def host_array_aval(dtype, shape):
     """The aval jax gives a numpy array or scalar of this dtype and shape (not weak)."""
-    return _core.ShapedArray(shape, _dtypes.canonicalize_dtype(dtype))
+    return _SHAPED_ARRAY(shape, _dtype_of_host(dtype))
 
 
 def canonicalize_host(value):
     """A numpy value of a 64-bit dtype cast as jax.device_put casts it when x64 is
     off (numpy's cast, with numpy's overflow warning); jaxlib's own squashing
     casts silently."""
-    return _dtypes.canonicalize_value(value)
+    return _canonicalize_value(value)
 
 
 def python_scalar_aval(value):
     """The aval jax gives a Python scalar (weak, but bool); OverflowError for an int
     beyond the integer type x64 allows."""
-    return _core.typeof(value)
+    return _typeof(value)
 
 
 # -- for --trace's findings (tracing/hooks.py) ------------------------------------
 
 # jax.monitoring's event for a function traced at top level (warm start: a
 # compile that traced in this process).
-JAXPR_TRACE_EVENT = _dispatch.JAXPR_TRACE_EVENT
+JAXPR_TRACE_EVENT = _need("jax._src.dispatch", "JAXPR_TRACE_EVENT")
 
 # jax.monitoring's duration events of one compile, by the phase they time.
 COMPILE_PHASE_EVENTS = {
-    _dispatch.JAXPR_TRACE_EVENT: "tracing",
-    _dispatch.JAXPR_TO_MLIR_MODULE_EVENT: "lowering",
-    _dispatch.BACKEND_COMPILE_EVENT: "XLA",
+    JAXPR_TRACE_EVENT: "tracing",
+    _need("jax._src.dispatch", "JAXPR_TO_MLIR_MODULE_EVENT"): "lowering",
+    _need("jax._src.dispatch", "BACKEND_COMPILE_EVENT"): "XLA",
 }
 
 
 # -- warm start (fastdispatch.warm) ---------------------------------------------------
 
 
+# moved: before 0.10 the trace context holds the axis environment as a tuple
+# of (name, size) pairs, plain data already, and core.AxisEnv is not in it.
+_AXIS_ENV = _need("jax._src.core", "AxisEnv")
+
+
 def axis_env_parts(value):
     """The trace context's axis environment as plain data (axis sizes, SPMD and
     explicit mesh axis names), or None when ``value`` is not one."""
-    if type(value) is not _core.AxisEnv:
+    if _AXIS_ENV is None or type(value) is not _AXIS_ENV:
         return None
     return (
         tuple(sorted(value.axis_sizes.items(), key=repr)),
@@ -604,4 +785,33 @@ def axis_env_parts(value):
 def backends_started() -> bool:
     """Whether jax's backends have started (asking never starts one): the
     warm-start preloader waits for the program to start them itself."""
-    return _xla_bridge.backends_are_initialized()
+    return _backends_are_initialized()
+
+
+# -- the hand-off -------------------------------------------------------------------
+
+
+def _unsupported() -> str | None:
+    """Why fastdispatch cannot serve this jax (a sentence for the warning), or None."""
+    minor = _jax_minor()
+    low, high = SUPPORTED_JAX
+    outside = minor is None or not low <= minor < high
+    if not outside and not _absent:
+        return None
+    problems = []
+    if outside:
+        problems.append("is outside the tested range")
+    if _absent:
+        problems.append("lacks " + ", ".join(_absent))
+    return (
+        f"fastdispatch: jax {jax.__version__} {' and '.join(problems)} (fastdispatch supports "
+        f"jax{SUPPORTED_TEXT}); every call goes to jax itself: fastdispatch.jit is jax.jit, "
+        "filter_jit is equinox.filter_jit, nnx.jit is flax.nnx.jit"
+    )
+
+
+# Decided once: None, or the warning's text (fastdispatch/__init__.py hands off).
+MISSING = tuple(_absent)
+UNSUPPORTED = _unsupported()
+if UNSUPPORTED is not None:
+    warnings.warn(UNSUPPORTED, UnsupportedJaxWarning, stacklevel=2)

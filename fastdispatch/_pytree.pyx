@@ -39,7 +39,9 @@ from cpython.unicode cimport PyUnicode_Compare
 from libc.stdlib cimport bsearch, qsort
 
 from fastdispatch._keys cimport Py_uhash_t, XXPRIME_5, hash_mix as _mix, same_items
-from fastdispatch._jax import dataclass_fields as _dataclass_fields, pytree_registry
+from fastdispatch._jax import (
+    dataclass_fields as _dataclass_fields, flatten_one_level_with_keys as _flatten_one_level_with_keys,
+    pytree_registry)
 
 cdef extern from "Python.h":
     dict _PyDict_NewPresized(Py_ssize_t minused)
@@ -1137,7 +1139,7 @@ cdef list _child_keys(TreeDef node):
         subtrees = tuple([(<TreeDef>child).unflatten([object() for _ in range((<TreeDef>child).num_leaves)])
                           for child in node.children])
         rebuilt = node.info.from_iter(node.node_data, subtrees)
-        keys = [key for key, _ in jtu.flatten_one_level_with_keys(rebuilt)[0]]
+        keys = [key for key, _ in _flatten_one_level_with_keys(rebuilt)]
         if len(keys) == n:
             return keys
     except Exception:  # a from_iter that rejects placeholders: jax's flat indices

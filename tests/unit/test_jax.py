@@ -26,7 +26,32 @@ def compiled_for(fun, *args, **kwargs):
 
 def test_supported_jax_version():
     major, minor = (int(part) for part in jax.__version__.split(".")[:2])
-    assert (major, minor) == (0, 10), f"fastdispatch supports jax 0.10.x, found {jax.__version__}"
+    low, high = _jax.SUPPORTED_JAX
+    assert low <= (major, minor) < high, (
+        f"fastdispatch supports jax{_jax.SUPPORTED_TEXT}, found {jax.__version__}"
+    )
+    # Every private name resolved: nothing handed off.
+    assert _jax.MISSING == () and _jax.UNSUPPORTED is None
+
+
+def test_supported_range_is_pyprojects():
+    tomllib = pytest.importorskip("tomllib")
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    with open(os.path.join(root, "pyproject.toml"), "rb") as f:
+        dependencies = tomllib.load(f)["project"]["dependencies"]
+    assert f"jax{_jax.SUPPORTED_TEXT}" in dependencies and f"jaxlib{_jax.SUPPORTED_TEXT}" in dependencies
+    (low_major, low_minor), (high_major, high_minor) = _jax.SUPPORTED_JAX
+    assert _jax.SUPPORTED_TEXT == f">={low_major}.{low_minor},<{high_major}.{high_minor}"
+
+
+def test_need_records_what_this_jax_lacks(monkeypatch):
+    monkeypatch.setattr(_jax, "_absent", [])
+    assert _jax._need("jax._src.core", "ShapedArray") is jax.core.ShapedArray
+    assert _jax._need("jax._src.lib._jax", "batched_device_put") is _jax.batched_device_put  # jaxlib's
+    assert _jax._need("jax._src.core", "no_such_name") is None
+    assert _jax._need("jax._src.no_such_module") is None
+    assert _jax._absent == ["jax._src.core.no_such_name", "jax._src.no_such_module"]
+    assert _jax._has("jax._src.core", "ShapedArray") and not _jax._has("jax._src.core", "nope")
 
 
 def test_array_types_and_attributes():
@@ -57,12 +82,13 @@ def test_trace_context_and_state():
     with jax.disable_jit():
         assert _jax.trace_context() != context
         assert _jax.slow_path_reason() == "disable_jit"
-    assert _jax.TRACE_STATE.value is _jax.CLEAN_TRACE_STATE
+    clean = lambda: getattr(_jax.TRACE_STATE, _jax.TRACE_STATE_ATTR) is _jax.CLEAN_TRACE_STATE
+    assert clean()
     assert _jax.trace_state_is_clean() and _jax.slow_path_reason() is None
     seen = []
 
     def inside(x):
-        seen.append((_jax.TRACE_STATE.value is _jax.CLEAN_TRACE_STATE, _jax.slow_path_reason()))
+        seen.append((clean(), _jax.slow_path_reason()))
         return x
 
     jax.make_jaxpr(inside)(1.0)
@@ -454,9 +480,47 @@ def test_trace_event_marks_each_top_level_trace():
 
 
 def test_axis_env_parts_of_the_trace_context():
-    (env,) = [value for value in _jax.trace_context() if _jax.axis_env_parts(value) is not None]
-    assert _jax.axis_env_parts(env) == ((), (), ())
+    env = dict(zip(_jax.trace_context_names(), _jax.trace_context()))["axis_env_state"]
+    if _jax.axis_env_parts(env) is None:
+        # jax before 0.10 holds it as (name, size) pairs: plain data already.
+        assert env == ()
+    else:
+        assert _jax.axis_env_parts(env) == ((), (), ())
     assert _jax.axis_env_parts(None) is None and _jax.axis_env_parts(()) is None
+
+
+def test_trace_context_names_probed_as_jaxlib_names_them():
+    probed = _jax._probe_trace_context_names()
+    names = _jax.trace_context_names()
+    assert len(probed) == len(names) == len(_jax.trace_context())
+    assert all(p == n for p, n in zip(probed, names) if not p.startswith("trace_context["))
+    for name in ("jax_enable_x64", "jax_disable_jit", "jax_no_execution", "jax_default_device"):
+        assert name in probed
+    assert _jax.trace_context() == _jax.trace_context()  # the probe put every value back
+
+
+@pytest.mark.parametrize("flatten", [_jax.flatten_one_level_with_keys, _jax._one_level_with_path])
+def test_flatten_one_level_with_keys(flatten):
+    import collections
+
+    jtu = jax.tree_util
+
+    class Keyed:
+        def __init__(self, a, b):
+            self.a, self.b = a, b
+
+    jtu.register_pytree_with_keys(
+        Keyed,
+        lambda k: (((jtu.GetAttrKey("a"), k.a), (jtu.GetAttrKey("b"), k.b)), None),
+        lambda _, children: Keyed(*children),
+    )
+    ordered = collections.OrderedDict([("z", 1), ("a", [2, 3])])
+    assert flatten(ordered) == [(jtu.DictKey("z"), 1), (jtu.DictKey("a"), [2, 3])]
+    counts = collections.defaultdict(int, {"b": 1, "a": None})
+    assert flatten(counts) == [(jtu.DictKey("a"), None), (jtu.DictKey("b"), 1)]
+    inner = (1, 2)
+    assert flatten(Keyed(inner, None)) == [(jtu.GetAttrKey("a"), inner), (jtu.GetAttrKey("b"), None)]
+    assert flatten((1, {"x": 2})) == [(jtu.SequenceKey(0), 1), (jtu.SequenceKey(1), {"x": 2})]
 
 
 def test_executable_device_ids_follow_its_device_assignment():

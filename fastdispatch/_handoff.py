@@ -1,0 +1,96 @@
+"""fastdispatch's public names on a jax it cannot serve (``_jax.UNSUPPORTED``).
+
+Decided once, at import: ``fastdispatch/__init__.py`` takes its names from here
+instead of the Cython core, which is never imported, so the hot path of a
+supported jax asks nothing.  The front ends are the libraries' own functions;
+``device_put`` is jax.device_put (its results are by contract the same);
+warm start is off (``warm_start`` stores nothing, ``warm_start_stats()`` is
+None, as when it was never started).  Everything else measures or configures
+fastdispatch's own dispatcher, which is not running: it raises
+UnsupportedJaxError, saying why, when called (not when imported, so that a
+program that only imports it runs).
+"""
+
+from __future__ import annotations
+
+import sys
+import types
+
+import jax
+
+from fastdispatch._jax import UNSUPPORTED, UnsupportedJaxError
+
+jit = jax.jit
+device_put = jax.device_put
+
+
+def warm_start(directory, **options):
+    """Off on this jax: nothing is stored or loaded (the import's warning said why)."""
+
+
+def warm_start_stats():
+    return None
+
+
+def _unavailable(name: str):
+    def unavailable(*args, **kwargs):
+        raise UnsupportedJaxError(f"fastdispatch.{name} is not available: {UNSUPPORTED}")
+
+    unavailable.__name__ = unavailable.__qualname__ = name
+    return unavailable
+
+
+UNAVAILABLE = (
+    "ArgSignature",
+    "CompiledFunction",
+    "CompiledFunctionCache",
+    "JitState",
+    "arg_signature_of_value",
+    "assert_max_compiles",
+    "default_cache",
+    "get_enable_x64",
+    "global_state",
+    "is_float0",
+    "jit_is_disabled",
+    "set_post_hook",
+    "set_thread_local_state_initialization_callback",
+    "stats",
+    "thread_local_state",
+    "trace",
+)
+
+
+def names() -> dict:
+    """Every public name of ``fastdispatch`` but filter_jit (its ``__getattr__``
+    imports equinox on first use, through ``fastdispatch.equinox``), for its namespace."""
+    found = {name: _unavailable(name) for name in UNAVAILABLE}
+    found.update(jit=jit, device_put=device_put, warm_start=warm_start, warm_start_stats=warm_start_stats)
+    found.update(_front_ends())
+    return found
+
+
+class _FrontEnd(types.ModuleType):
+    """``fastdispatch.equinox`` or ``fastdispatch.nnx`` standing in for the real
+    module: its names are the library's own, imported on first use."""
+
+    def __init__(self, name: str, library: str, exported: dict):
+        super().__init__(name, f"{library}'s own functions: {UNSUPPORTED}")
+        self._library = library
+        self._exported = exported  # our name -> the library's
+
+    def __getattr__(self, name):
+        if name not in self._exported:
+            raise AttributeError(f"module {self.__name__!r} has no attribute {name!r} ({UNSUPPORTED})")
+        import importlib
+
+        return getattr(importlib.import_module(self._library), self._exported[name])
+
+
+def _front_ends() -> dict:
+    """``fastdispatch.equinox`` and ``fastdispatch.nnx``, which ``import
+    fastdispatch.nnx`` then finds instead of the modules built on the dispatcher."""
+    modules = {}
+    for name, library, exported in (("equinox", "equinox", "filter_jit"), ("nnx", "flax.nnx", "jit")):
+        module = f"fastdispatch.{name}"
+        modules[name] = sys.modules.setdefault(module, _FrontEnd(module, library, {exported: exported}))
+    return modules
