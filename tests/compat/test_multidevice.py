@@ -137,12 +137,13 @@ def check_multidevice(impl):
         on1, on3 = (jax.device_put(jnp.ones(4), devices[d]) for d in (1, 3))
         f = jit(add)
         f(on3, on3)
-        message = (
-            "Received incompatible devices for jitted computation. Got argument v of "
-            f"{add.__qualname__} with shape float32[4] and with device ids [1] on platform "
-            f"CPU and argument w of {add.__qualname__} with shape float32[4] and with "
-            "device ids [3] on platform CPU"
-        )
+        # The installed jax's own wording (it changed between jax minors).
+        try:
+            jax.jit(add)(on1, on3)
+        except ValueError as error:
+            message = str(error)
+        assert message.startswith("Received incompatible devices for jitted computation."), message
+        assert add.__qualname__ in message and "[1]" in message and "[3]" in message
         for _ in range(2):
             raises(ValueError, "^" + re.escape(message), lambda: f(on1, on3))
 

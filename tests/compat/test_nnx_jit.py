@@ -14,6 +14,9 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
+from frontends import FLAX_REASON
+
+pytest.importorskip("flax", reason=FLAX_REASON)
 from flax import errors as flax_errors
 from flax import nnx
 

@@ -11,6 +11,7 @@ import sys
 import textwrap
 
 import pytest
+from frontends import needs_flax
 
 import fastdispatch.__main__ as cli
 
@@ -434,6 +435,7 @@ NNX_PROGRAM = """\
     """
 
 
+@needs_flax
 def test_flax_nnx_jit_is_routed_and_named_after_the_user_function(tmp_path):
     stderr, row = traced_training_run(tmp_path, "train_nnx.py", NNX_PROGRAM, "train_step")
     # Named where the decorated step starts.

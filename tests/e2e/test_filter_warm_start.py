@@ -73,14 +73,26 @@ def test_second_run_loads_without_tracing(filled, program):
     first = filled[1]
     second = run(program)
     assert second["traced"] == collections.Counter(["tagged"])  # not stored, so traced
-    assert second["stats"]["loaded"] == len(STORED) and second["stats"]["written"] == 0
+    assert second["stats"]["written"] == 0
+    assert loads_each_once_or_again(second, len(STORED))
     # The same results: the MLP's outputs, its static depth and the label
     # forward returns, three optax steps' losses and the trained weights.
     assert second["results"] == first["results"]
     # Donation as after a compile; the stepped model (its static leaves the
-    # argument's own) keys as the first call did: one entry, no recompile.
+    # argument's own) keys as the first call did: one entry, no recompile (two
+    # where its avals hash apart, as above).
     assert second["donated_deleted"] and first["donated_deleted"]
-    assert second["train_step_entries"] == first["train_step_entries"] == 1
+    assert first["train_step_entries"] == 1
+    assert second["train_step_entries"] == (2 if second["fed_back_avals_hash_apart"] else 1)
+
+
+def loads_each_once_or_again(report, stored):
+    """Every stored function loaded once; and train_step once more where the
+    program saw its fed-back outputs' avals hash apart from the equal avals of
+    its first inputs (jax 0.8 and 0.9: a loaded executable's output dtypes come
+    back unpickled), so that the next call keys anew."""
+    extra = 1 if report["fed_back_avals_hash_apart"] else 0
+    return report["stats"]["loaded"] == stored + extra
 
 
 def test_an_output_no_process_can_rebuild_is_not_stored(filled, program):
@@ -106,5 +118,5 @@ def test_a_change_recompiles_that_function_only(program, changed, change):
         write_program(program, **change)
     second = run(program, **change)
     assert second["traced"] == collections.Counter([changed, "tagged"])
-    assert second["stats"]["loaded"] == len(STORED) - 1
+    assert loads_each_once_or_again(second, len(STORED) - 1)
     assert second["stats"]["written"] == 1

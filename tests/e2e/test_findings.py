@@ -10,6 +10,8 @@ import subprocess
 import sys
 import textwrap
 
+from frontends import needs_flax
+
 
 def run_traced(tmp_path, source):
     """Run ``source`` as prog.py under --trace and --trace-json; return
@@ -40,6 +42,7 @@ def only_finding(report, kind):
     return finding
 
 
+@needs_flax
 def test_nnx_module_rebuilt_each_epoch_names_the_attribute(tmp_path):
     report, stderr, line = run_traced(
         tmp_path,

@@ -21,6 +21,9 @@ import subprocess
 import sys
 
 import pytest
+from frontends import FLAX_REASON
+
+pytest.importorskip("flax", reason=FLAX_REASON)
 from e2e.test_warm_start import environment, report_of
 
 PROGRAM = os.path.join(os.path.dirname(os.path.abspath(__file__)), "nnx_warm_program.py")

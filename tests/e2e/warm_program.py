@@ -27,8 +27,6 @@ for name, value in DEFAULTS.items():
 jax.config.update("jax_num_cpu_devices", cfg.get("devices", 1))
 if cfg.get("x64"):
     jax.config.update("jax_enable_x64", True)
-if cfg.get("jax_version"):
-    jax.__version__ = cfg["jax_version"]  # what the store's key reads
 if cfg.get("readonly") and os.geteuid() == 0:
     # root writes through any mode bits: make the store read-only as a
     # read-only file system is, for this process.
@@ -50,6 +48,11 @@ import numpy as np  # noqa: E402
 from configs import Config  # noqa: E402
 
 import fastdispatch  # noqa: E402
+
+if cfg.get("jax_version"):
+    # What the store's key reads; set after the import, whose check of the
+    # supported range would otherwise hand every call to jax.jit.
+    jax.__version__ = cfg["jax_version"]
 
 if not os.environ.get("FASTDISPATCH_WARM_START"):
     fastdispatch.warm_start(store, checked=cfg.get("checked", False))

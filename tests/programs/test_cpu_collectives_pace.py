@@ -22,6 +22,8 @@ import subprocess
 import sys
 import textwrap
 
+from frontends import needs_flax
+
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 PROGRAM = """
@@ -133,6 +135,7 @@ def finish(process, timeout=150):
     return process.returncode, stdout, stderr
 
 
+@needs_flax
 def test_data_parallel_nnx_loop_does_not_abort(tmp_path):
     program = tmp_path / "nnx_data_parallel_unsynced.py"
     program.write_text(textwrap.dedent(PROGRAM))

@@ -13,6 +13,7 @@ import subprocess
 import sys
 
 import pytest
+from frontends import needs_flax
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
@@ -21,6 +22,16 @@ PROGRAMS = sorted(
     name[: -len(".py")] for name in os.listdir(HERE) if name.endswith(".py") and not name.startswith("test_")
 )
 STEPS = "100"
+
+
+def uses_flax(program):
+    with open(os.path.join(HERE, program + ".py")) as f:
+        return any(line.startswith(("from flax", "import flax")) for line in f)
+
+
+def params(*programs):
+    """Each program as a parameter, skipped where it needs flax and this jax has none."""
+    return [pytest.param(*p, marks=[needs_flax] if uses_flax(p[0]) else []) for p in programs]
 
 
 def run(*argv, timeout=180):
@@ -80,7 +91,7 @@ def report_row(stderr, function):
     return int(row.split()[2]), int(row.split()[3])
 
 
-@pytest.mark.parametrize("program", PROGRAMS)
+@pytest.mark.parametrize("program", params(*((p,) for p in PROGRAMS)))
 def test_same_output_stock_and_under_fastdispatch(program):
     stock = run(path_of(program), "--steps", STEPS)
     assert stock.returncode == 0, f"{program} fails stock:\n{stock.stderr}"
@@ -100,7 +111,7 @@ def test_same_output_stock_and_under_fastdispatch(program):
 
 @pytest.mark.parametrize(
     "program, step_function",
-    [("trainstate_numpy", "train_step"), ("rl_step_counter", "env_step")],
+    params(("trainstate_numpy", "train_step"), ("rl_step_counter", "env_step")),
 )
 def test_trace_reports_the_step_function(program, step_function):
     result = run("-m", "fastdispatch", "--trace", path_of(program), "--steps", STEPS)

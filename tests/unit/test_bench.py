@@ -6,6 +6,7 @@ import json
 import jax
 import jax.numpy as jnp
 import pytest
+from frontends import needs_flax
 
 from fastdispatch import bench
 from fastdispatch.bench import dispatch, eqx, nnx, report
@@ -46,6 +47,7 @@ def test_equinox_rows_run_against_equinox_and_its_executable():
         assert not result.fallbacks
 
 
+@needs_flax
 def test_nnx_rows_run_against_flax_and_its_executable():
     result = tiny_run("nnx_mlp_adam", nnx.implementations())
     assert not result.error and result.reference == nnx.NNX
@@ -56,6 +58,7 @@ def test_nnx_rows_run_against_flax_and_its_executable():
     assert [item["name"] for item in report.nnx_summary([result])][0] == "fd/nnx.jit, MLP + Adam step"
 
 
+@needs_flax
 def test_array_attributes_row_checks_their_updates():
     result = tiny_run("array_attributes", nnx.implementations())
     assert not result.error
@@ -94,6 +97,7 @@ def test_a_row_whose_library_is_missing_says_so():
     assert result.error == "needs no_such_module_here: not installed"
 
 
+@needs_flax
 def test_trainstate_row_on_numpy_batches():
     # flax comes with the test extra: the row must run, not report "needs flax".
     result = tiny_run("trainstate_np_u8", dispatch.implementations())

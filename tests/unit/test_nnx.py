@@ -6,6 +6,9 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
+from frontends import FLAX_REASON
+
+pytest.importorskip("flax", reason=FLAX_REASON)
 from flax import nnx
 from flax.nnx import extract, graphlib, pytreelib, variablelib
 from flax.nnx.transforms import compilation
