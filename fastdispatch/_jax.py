@@ -81,6 +81,11 @@ Private names used, all read here only:
   jax._src.core.AxisEnv .axis_sizes, .spmd_axis_names, .explicit_mesh_axis_names
                                           the trace context's axis environment, as data
                                           (warm start's key)
+  jax._src.api._post_hook_state, jax._src.pjit._run_python_pjit, PjitFunction._fun
+                                          jax.jit's two ways to dispatch (its C++ fast
+                                          path, then its post hook; its Python path),
+                                          and the function a jitted one wraps: where
+                                          --trace counts eager ops (tracing/hooks.py)
 """
 
 from __future__ import annotations
@@ -96,6 +101,7 @@ from jax._src import core as _core
 from jax._src import dispatch as _dispatch
 from jax._src import distributed as _distributed
 from jax._src import dtypes as _dtypes
+from jax._src import pjit as _pjit
 from jax._src import tree_util as _tree_util
 from jax._src import util as _util
 from jax._src import xla_bridge as _xla_bridge
@@ -584,6 +590,51 @@ COMPILE_PHASE_EVENTS = {
     _dispatch.JAXPR_TO_MLIR_MODULE_EVENT: "lowering",
     _dispatch.BACKEND_COMPILE_EVENT: "XLA",
 }
+
+
+# -- for --trace's eager ops (tracing/hooks.py) -----------------------------------
+# Every eager jax operation is a jax.jit dispatch: jnp's functions are jitted, and
+# a primitive bound outside any trace is run by jitting it (dispatch.apply_primitive).
+# jax.jit dispatches a call in one of two ways: its C++ fast path, which then calls
+# jax's post hook (also jax_debug_nans's check) as hook(jitted, args, kwargs,
+# outputs); or its Python path, for every call the fast path hands back (a miss, a
+# fallback, a call under a transformation).  Watching both replaces no public name.
+_run_python_jit = _pjit._run_python_pjit
+
+
+def jit_post_hook():
+    """The hook jax's C++ jit calls after each call it ran (None: none)."""
+    return _api._post_hook_state.get_global()
+
+
+def set_jit_post_hook(hook) -> None:
+    """Set the hook for every thread.  Leaving a ``with jax.debug_nans(...)``
+    block sets the thread's own value to None, which hides the global one
+    there: on the calling thread, that None goes."""
+    state = _api._post_hook_state
+    state.set_global(hook)
+    if state.get_local() is None:
+        state.set_local(_UNSET)
+
+
+def observe_jit_python_path(observer) -> None:
+    """Send each call of jax.jit's Python path through ``observer(fun, run)``:
+    ``fun`` the function jit traces, ``run()`` the path itself, returning its
+    result; None puts jax's own path back."""
+    if observer is None:
+        _pjit._run_python_pjit = _run_python_jit
+        return
+
+    def run_python_jit(p, args_flat, fun, args, kwargs):
+        return observer(fun, lambda: _run_python_jit(p, args_flat, fun, args, kwargs))
+
+    _pjit._run_python_pjit = run_python_jit
+
+
+def jitted_function(jitted):
+    """The function a jax.jit-made callable wraps (None for one jax made
+    without a Python function: a jaxpr's call, ``jit_p``'s own dispatch)."""
+    return getattr(jitted, "_fun", None)
 
 
 # -- warm start (fastdispatch.warm) ---------------------------------------------------

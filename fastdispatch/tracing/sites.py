@@ -19,7 +19,7 @@ import sys
 import sysconfig
 import weakref
 
-__all__ = ["library_code", "made_at", "remember_jit", "short", "user_site"]
+__all__ = ["library_code", "made_at", "remember_jit", "short", "user_frame", "user_site"]
 
 # Packages whose frames are never the user's: the work is done there, the
 # decision to do it is made in the program.
@@ -55,15 +55,20 @@ def library_code(code) -> bool:
     return found
 
 
+def user_frame(frame):
+    """The innermost frame of the program's own code from ``frame`` up, or None."""
+    while frame is not None:
+        if not library_code(frame.f_code):
+            return frame
+        frame = frame.f_back
+    return None
+
+
 def user_site(frame=None):
     """``(filename, line)`` of the innermost frame of the program's own code
     above ``frame`` (default: the caller's caller), or None when there is none."""
-    frame = sys._getframe(2) if frame is None else frame
-    while frame is not None:
-        if not library_code(frame.f_code):
-            return frame.f_code.co_filename, frame.f_lineno
-        frame = frame.f_back
-    return None
+    frame = user_frame(sys._getframe(2) if frame is None else frame)
+    return None if frame is None else (frame.f_code.co_filename, frame.f_lineno)
 
 
 def short(site, cwd) -> str:
