@@ -92,6 +92,10 @@ def set_trace_sink(sink):
     _trace_sink = sink
 
 
+cdef object trace_sink():
+    return _trace_sink
+
+
 cdef bint trace_state_clean() noexcept:
     return _trace_state.value is _clean_trace_state
 
