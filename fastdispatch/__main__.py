@@ -175,19 +175,15 @@ def check_script(path):
         sys.exit(2)
 
 
-def patch_jax(remember_sites=False):
+def patch_jax():
     """Route jax.jit through fastdispatch.jit, and the front ends' libraries'
-    jits through theirs once the program imports them.  ``remember_sites``
-    (tracing): jax.jit, and fastdispatch.jit with it, also remember the line
-    that made each compiled function (a new wrapper inside a loop is a finding)."""
+    jits through theirs once the program imports them.  The same objects with
+    and without --trace: a trace learns from the dispatcher where each compiled
+    function was made."""
     import jax
 
     import fastdispatch
 
-    if remember_sites:
-        from fastdispatch.tracing.sites import remember_jit
-
-        fastdispatch.jit = remember_jit(fastdispatch.jit)
     jax.jit = fastdispatch.jit
     when_imported("equinox", patch_equinox)
     when_imported("flax.nnx", patch_nnx)
@@ -412,7 +408,7 @@ def main(argv=None):
     if options.warm_start is not None:
         start_warm(options)
     if options.patch:
-        patch_jax(remember_sites=tracing)
+        patch_jax()
     if tracing:
         start_tracing(options)
     return run(options)

@@ -33,7 +33,8 @@ from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE, PyTuple_New, PyTu
 
 from fastdispatch._cache cimport CacheEntry, CompiledFunctionCache
 from fastdispatch._engine cimport (
-    Call, CallTimes, Engine, PreviousCall, trace_context, trace_state_clean, warm_store)
+    Call, CallTimes, Engine, PreviousCall, trace_context, trace_sink, trace_state_clean,
+    warm_store)
 from fastdispatch._execute cimport Executable, make_executable
 from fastdispatch._keys cimport same_items
 from fastdispatch._outputs cimport output_tree
@@ -426,6 +427,10 @@ cdef class CompiledFunction(Engine):
             name for i, name in enumerate(_positional_names(fun))
             if i not in static_positions)
         functools.update_wrapper(self, fun)
+        # Tracing: the trace learns where this was made (a new wrapper in a loop is a finding).
+        made = getattr(trace_sink(), "made", None)
+        if made is not None:
+            made(self)
 
     # -- the hot path ------------------------------------------------------
 

@@ -76,6 +76,9 @@ cdef inline int ended(Call* call, CallTimes* times, bint hit, long long compile_
 cdef int stamp_end(Call* call, CallTimes* times, bint hit, long long compile_ns, str reason,
                    CallSignature signature) except -1
 
+# The trace sink (fastdispatch.tracing) while tracing is on, else None.
+cdef object trace_sink()
+
 # jax's state at a call: no transformation is tracing right now; the trace
 # context, part of every key.
 cdef bint trace_state_clean() noexcept

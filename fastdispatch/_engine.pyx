@@ -95,6 +95,10 @@ def set_trace_sink(sink):
     _trace_sink = sink
 
 
+cdef object trace_sink():
+    return _trace_sink
+
+
 cdef bint trace_state_clean() noexcept:
     return getattr(_trace_state, _trace_state_attr) is _clean_trace_state
 

@@ -101,6 +101,13 @@ Private names used, all read here only:
                                           a node's children and their keys (moved: public
                                           since 0.10; before, tree_flatten_with_path one
                                           level deep)
+  jax._src.api._post_hook_state, jax._src.pjit._run_python_pjit, PjitFunction._fun
+                                          jax.jit's two ways to dispatch (its C++ fast
+                                          path, then its post hook; its Python path),
+                                          and the function a jitted one wraps: where
+                                          --trace counts eager ops (tracing/hooks.py);
+                                          before 0.9 the Python path is
+                                          pjit._python_pjit_helper(fun, jit_info, ...)
 """
 
 from __future__ import annotations
@@ -760,6 +767,62 @@ COMPILE_PHASE_EVENTS = {
     _need("jax._src.dispatch", "JAXPR_TO_MLIR_MODULE_EVENT"): "lowering",
     _need("jax._src.dispatch", "BACKEND_COMPILE_EVENT"): "XLA",
 }
+
+
+# -- for --trace's eager ops (tracing/hooks.py) -----------------------------------
+# Every eager jax operation is a jax.jit dispatch: jnp's functions are jitted, and
+# a primitive bound outside any trace is run by jitting it (dispatch.apply_primitive).
+# jax.jit dispatches a call in one of two ways: its C++ fast path, which then calls
+# jax's post hook (also jax_debug_nans's check) as hook(jitted, args, kwargs,
+# outputs); or its Python path, for every call the fast path hands back (a miss, a
+# fallback, a call under a transformation).  Watching both replaces no public name.
+_pjit = _need("jax._src.pjit")
+_post_hook_state = _need("jax._src.api", "_post_hook_state")
+# moved: from 0.9 the Python path is _run_python_pjit(p, args_flat, fun, args,
+# kwargs); before, _python_pjit_helper(fun, jit_info, *args, **kwargs).
+_PYTHON_PATH = "_run_python_pjit" if _has("jax._src.pjit", "_run_python_pjit") else "_python_pjit_helper"
+_run_python_jit = _need("jax._src.pjit", _PYTHON_PATH)
+
+
+def jit_post_hook():
+    """The hook jax's C++ jit calls after each call it ran (None: none)."""
+    return _post_hook_state.get_global()
+
+
+def set_jit_post_hook(hook) -> None:
+    """Set the hook for every thread.  Leaving a ``with jax.debug_nans(...)``
+    block sets the thread's own value to None, which hides the global one
+    there: on the calling thread, that None goes."""
+    _post_hook_state.set_global(hook)
+    if _post_hook_state.get_local() is None:
+        _post_hook_state.set_local(_UNSET)
+
+
+def observe_jit_python_path(observer) -> None:
+    """Send each call of jax.jit's Python path through ``observer(fun, run)``:
+    ``fun`` the function jit traces, ``run()`` the path itself, returning its
+    result; None puts jax's own path back."""
+    if observer is None:
+        setattr(_pjit, _PYTHON_PATH, _run_python_jit)
+        return
+
+    if _PYTHON_PATH == "_run_python_pjit":
+
+        def run_python_jit(p, args_flat, fun, args, kwargs):
+            return observer(fun, lambda: _run_python_jit(p, args_flat, fun, args, kwargs))
+
+    else:
+
+        def run_python_jit(fun, jit_info, *args, **kwargs):
+            return observer(fun, lambda: _run_python_jit(fun, jit_info, *args, **kwargs))
+
+    setattr(_pjit, _PYTHON_PATH, run_python_jit)
+
+
+def jitted_function(jitted):
+    """The function a jax.jit-made callable wraps (None for one jax made
+    without a Python function: a jaxpr's call, ``jit_p``'s own dispatch)."""
+    return getattr(jitted, "_fun", None)
 
 
 # -- warm start (fastdispatch.warm) ---------------------------------------------------

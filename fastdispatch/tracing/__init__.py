@@ -48,6 +48,9 @@ class _FanOut:
         for t in self.traces:
             t.record(*call)
 
+    def made(self, fn):
+        self.traces[0].made(fn)  # one record of where: sites.made_at
+
 
 def _install():
     if not _active:
@@ -62,8 +65,9 @@ def _install():
 def start(max_events=100_000, watch_host=False):
     """Switch a new Trace on and return it (``trace()`` without ``with``);
     ``watch_host``: also count host syncs, eager ops and compile phases
-    (``python -m fastdispatch --trace`` does; it hooks jax's and numpy's
-    functions until the trace stops)."""
+    (``python -m fastdispatch --trace`` does; it watches jax.jit's dispatch
+    and the jax Array's host reads until the trace stops, replacing no public
+    name of jax or numpy)."""
     global _last
     from fastdispatch.tracing.recorder import Trace
 

@@ -1,23 +1,35 @@
 """What happens between compiled calls: host syncs, eager jax operations, compiles.
 
 Installed only while ``python -m fastdispatch --trace`` runs (``install`` /
-``uninstall``); without it nothing here is imported and no jax or numpy name
-is touched.  While installed:
+``uninstall``); without it nothing here is imported.  No public function of
+jax or numpy is ever replaced: libraries compare them by identity (given
+``lax.add``, ``lax.reduce_window`` picks a differentiable reduction; given
+anything else, one with no reverse-mode rule).  While installed:
 
-- host syncs: the jax Array's reads to the host (``float``, ``int``, ``bool``,
-  ``.item()``, ``.tolist()``, ``__array__``, ``block_until_ready``, its
-  ``str``/``repr``/``format`` as ``print`` and f-strings use them) and
-  ``np.asarray`` / ``np.array`` / ``jax.device_get`` of a jax Array.  Counted
-  only when called by the program's own code: jax reads its own arrays too.
-  (numpy reads a CPU array through the buffer protocol, not ``__array__``, so
-  numpy's functions are watched themselves.)
-- eager ops: the functions of ``jax.numpy``, ``jax.lax``, ``jax.random`` and
-  ``jax.nn``, and the jax Array's operators, called while no transformation
-  traces (outside any jit): each is one dispatch of its own.
+- host syncs: the jax Array type's own reads to the host (``float``, ``int``,
+  ``bool``, ``.item()``, ``.tolist()``, ``__array__``, ``block_until_ready``,
+  its ``str``/``repr``/``format`` as ``print`` and f-strings use them), which
+  ``jax.device_get`` and numpy (where it cannot read the memory through the
+  buffer protocol: arrays off the CPU) call too.  Counted only when the
+  program's own code reads, directly or through ``jax.device_get``: jax and
+  the libraries read their own arrays too.
+- eager ops: every executable jax dispatches while no transformation traces
+  (outside any jit).  Each is a jax.jit dispatch (jnp's functions are jitted;
+  a primitive bound eagerly is jitted by jax), on jax.jit's C++ fast path or
+  its Python path (a miss: trace, compile, run), both watched in ``_jax``.
+  Only jax's own jitted functions count: the program's and the libraries'
+  jits are compiled calls.
 - compile phases: jax.monitoring's durations of tracing, lowering and XLA.
 
 Each event is counted once, at its outermost hook (an eager op that reads
-an array is one eager op), by the user's file and line (``sites.user_site``).
+an array is one eager op), by the user's file and line (``sites.user_frame``).
+
+Times: a sync, and an eager op on jax's Python path, are timed around the
+call.  The C++ fast path runs no Python before the op, only after it (the
+post hook), so an op there is timed from the end of the previous event of
+its thread when that was in the same pass over the same line (``x =
+jnp.sin(x) * 0.5``: the multiply), and otherwise at the mean of such
+times of the same jax function (0 until there is one).
 """
 
 from __future__ import annotations
@@ -25,13 +37,11 @@ from __future__ import annotations
 import sys
 import threading
 import time
-import types
 
 import jax
-import numpy as np
 
 from fastdispatch import _jax
-from fastdispatch.tracing.sites import library_code, user_site
+from fastdispatch.tracing.sites import library_code, user_frame
 
 __all__ = ["Tally", "install", "uninstall"]
 
@@ -52,22 +62,7 @@ _SYNC_METHODS = {
     "__repr__": "print/repr()",
     "__format__": "an f-string",
 }
-_SYNC_FUNCTIONS = (
-    (np, "asarray", "np.asarray()"),
-    (np, "array", "np.array()"),
-    (np, "asanyarray", "np.asarray()"),
-)
-
-# The jax Array's operators: each, outside jit, dispatches one operation.
-_OPERATORS = tuple(
-    f"__{name}__"
-    for name in (
-        "add radd sub rsub mul rmul truediv rtruediv floordiv rfloordiv mod rmod pow rpow matmul rmatmul "
-        "neg pos abs invert and rand or ror xor rxor lshift rlshift rshift rrshift "
-        "lt le gt ge eq ne getitem"
-    ).split()
-)
-_EAGER_MODULES = ("jax.numpy", "jax.lax", "jax.random", "jax.nn")
+_DEVICE_GET = jax.device_get.__code__  # its reads are the program's, as "jax.device_get()"
 
 
 class Tally:
@@ -94,64 +89,128 @@ class Tally:
 
 
 _tallies = []  # the tallies of the traces now on
-_local = threading.local()  # .busy: inside a hook on this thread
-_undo = []  # (owner, name, original) to put back
+# Per thread: .busy (inside a timed event), .last (where and when its latest
+# event ended: id of the user's frame, line, instruction, ns).
+_local = threading.local()
+_undo = []  # (name, original) on the Array type to put back
+_fast_path_ns = {}  # jax function -> [ns, count] of fast-path ops timed exactly
+_chained = None  # the post hook jax had (jax_debug_nans's check): ours calls it
 
 
 def _busy():
     return getattr(_local, "busy", False)
 
 
-def _sync_hook(original, how):
-    def read(*args, **kwargs):
-        if _busy() or not _tallies or library_code(sys._getframe(1).f_code):
-            return original(*args, **kwargs)
-        return _timed(original, args, kwargs, "syncs", (user_site(sys._getframe(1)), how))
-
-    return _named(read, original)
+def _count(table, key, frame, ns, end):
+    """One event of ``ns`` ending at ``end``, at ``frame``'s current line."""
+    _local.last = (id(frame), frame.f_lineno, frame.f_lasti, end)
+    for tally in _tallies:
+        tally.add(getattr(tally, table), key, ns)
 
 
-def _sync_function_hook(original, how):
-    def read(a, *args, **kwargs):
-        if type(a) is not _ARRAY or _busy() or not _tallies or library_code(sys._getframe(1).f_code):
-            return original(a, *args, **kwargs)
-        return _timed(original, (a,) + args, kwargs, "syncs", (user_site(sys._getframe(1)), how))
-
-    return _named(read, original)
-
-
-def _eager_hook(original):
-    def op(*args, **kwargs):
-        if _busy() or not _tallies or not _jax.trace_state_is_clean():
-            return original(*args, **kwargs)
-        site = user_site(sys._getframe(1))
-        if site is None:
-            return original(*args, **kwargs)
-        return _timed(original, args, kwargs, "eager", site)
-
-    return _named(op, original)
-
-
-def _named(wrapper, original):
-    """``wrapper`` under ``original``'s name and doc (for help() and reprs)."""
-    for name in ("__name__", "__qualname__", "__doc__"):
-        value = getattr(original, name, None)
-        if isinstance(value, str):
-            setattr(wrapper, name, value)
-    wrapper.__wrapped__ = original
-    return wrapper
-
-
-def _timed(original, args, kwargs, table, key):
+def _timed(call, table, frame, how=None):
+    """``call()``, timed, as one event at ``frame``'s line."""
     _local.busy = True
     began = time.perf_counter_ns()
     try:
-        return original(*args, **kwargs)
+        return call()
     finally:
-        ns = time.perf_counter_ns() - began
+        end = time.perf_counter_ns()
         _local.busy = False
-        for tally in _tallies:
-            tally.add(getattr(tally, table), key, ns)
+        site = (frame.f_code.co_filename, frame.f_lineno)
+        _count(table, site if how is None else (site, how), frame, end - began, end)
+
+
+# -- host syncs ------------------------------------------------------------------
+
+
+def _reader(frame):
+    """The program's frame that made a read whose caller is ``frame``, with how
+    it read when that was not the Array's own method (None: not the program's)."""
+    if not library_code(frame.f_code):
+        return frame, None
+    outermost = frame
+    while frame is not None and library_code(frame.f_code):
+        outermost, frame = frame, frame.f_back
+    if frame is not None and outermost.f_code is _DEVICE_GET:
+        return frame, "jax.device_get()"
+    return None, None
+
+
+def _sync_hook(original, how):
+    def read(*args, **kwargs):
+        if _busy() or not _tallies:
+            return original(*args, **kwargs)
+        frame, through = _reader(sys._getframe(1))
+        if frame is None:
+            return original(*args, **kwargs)
+        return _timed(lambda: original(*args, **kwargs), "syncs", frame, through or how)
+
+    for name in ("__name__", "__qualname__", "__doc__"):
+        value = getattr(original, name, None)
+        if isinstance(value, str):
+            setattr(read, name, value)
+    read.__wrapped__ = original
+    return read
+
+
+# -- eager ops -------------------------------------------------------------------
+
+
+def _jax_own(fun) -> bool:
+    module = getattr(fun, "__module__", None)
+    if not isinstance(module, str):
+        module = getattr(getattr(fun, "func", None), "__module__", "")  # a functools.partial
+    return module == "jax" or module.startswith("jax.")
+
+
+def _after_fast_path(jitted, args, kwargs, out):
+    """jax's post hook: ``jitted`` just ran on jax.jit's C++ fast path."""
+    end = time.perf_counter_ns()
+    if _tallies and not _busy():
+        fun = _jax.jitted_function(jitted)
+        if fun is None or _jax_own(fun):
+            frame = user_frame(sys._getframe(1))
+            if frame is not None:
+                site = (frame.f_code.co_filename, frame.f_lineno)
+                _count("eager", site, frame, _fast_path_time(fun, frame, end), end)
+    if _chained is not None:
+        _chained(jitted, args, kwargs, out)
+
+
+def _fast_path_time(fun, frame, end):
+    last = getattr(_local, "last", None)
+    timed = _fast_path_ns.get(fun)
+    if last is not None and last[0] == id(frame) and last[1] == frame.f_lineno and last[2] < frame.f_lasti:
+        ns = end - last[3]
+        if timed is None:
+            _fast_path_ns[fun] = [ns, 1]
+        else:
+            timed[0] += ns
+            timed[1] += 1
+        return ns
+    return timed[0] // timed[1] if timed is not None else 0
+
+
+def _python_path(fun, run):
+    """jax.jit's Python path, about to run ``fun``'s call."""
+    if _jax.jit_post_hook() is not _after_fast_path:
+        _hook_fast_path()  # jax set its own since (jax_debug_nans switched): chain it
+    if _busy() or not _tallies or not _jax_own(fun) or not _jax.trace_state_is_clean():
+        return run()
+    frame = user_frame(sys._getframe(1))
+    if frame is None:
+        return run()
+    return _timed(run, "eager", frame)
+
+
+def _hook_fast_path():
+    global _chained
+    _chained = _jax.jit_post_hook()
+    _jax.set_jit_post_hook(_after_fast_path)
+
+
+# -- compiles ----------------------------------------------------------------------
 
 
 def _compile_phase(event, seconds, **kwargs):
@@ -162,15 +221,6 @@ def _compile_phase(event, seconds, **kwargs):
         tally.compile_seconds[phase] += seconds
 
 
-def _replace(owner, name, replacement):
-    _undo.append((owner, name, owner.__dict__[name] if isinstance(owner, type) else getattr(owner, name)))
-    setattr(owner, name, replacement)
-
-
-def _is_eager_function(value):
-    return isinstance(value, types.FunctionType) or type(value) is type(jax.numpy.sin)
-
-
 def install(tally):
     """Start counting into ``tally`` (hooks go in with the first tally)."""
     _tallies.append(tally)
@@ -178,28 +228,27 @@ def install(tally):
         return
     for name, how in _SYNC_METHODS.items():
         if name in _ARRAY.__dict__:
-            _replace(_ARRAY, name, _sync_hook(_ARRAY.__dict__[name], how))
-    for owner, name, how in _SYNC_FUNCTIONS:
-        _replace(owner, name, _sync_function_hook(getattr(owner, name), how))
-    _replace(jax, "device_get", _sync_hook(jax.device_get, "jax.device_get()"))
-    for name in _OPERATORS:
-        if name in _ARRAY.__dict__:
-            _replace(_ARRAY, name, _eager_hook(_ARRAY.__dict__[name]))
-    for module_name in _EAGER_MODULES:
-        module = sys.modules.get(module_name) or __import__(module_name, fromlist=["_"])
-        for name, value in list(vars(module).items()):
-            if not name.startswith("_") and _is_eager_function(value):
-                _replace(module, name, _eager_hook(value))
+            original = _ARRAY.__dict__[name]
+            _undo.append((name, original))
+            setattr(_ARRAY, name, _sync_hook(original, how))
+    _hook_fast_path()
+    _jax.observe_jit_python_path(_python_path)
     jax.monitoring.register_event_duration_secs_listener(_compile_phase)
 
 
 def uninstall(tally):
     """Stop counting into ``tally``; the last one out takes the hooks away."""
+    global _chained
     if tally in _tallies:
         _tallies.remove(tally)
     if _tallies or not _undo:
         return
     while _undo:
-        owner, name, original = _undo.pop()
-        setattr(owner, name, original)
+        name, original = _undo.pop()
+        setattr(_ARRAY, name, original)
+    if _jax.jit_post_hook() is _after_fast_path:
+        _jax.set_jit_post_hook(_chained)
+    _chained = None
+    _jax.observe_jit_python_path(None)
+    _fast_path_ns.clear()
     jax.monitoring.unregister_event_duration_listener(_compile_phase)

@@ -27,7 +27,7 @@ import numpy as np
 
 from fastdispatch._jax import process_of_program
 from fastdispatch.tracing.explain import closest_change, describe
-from fastdispatch.tracing.sites import made_at, user_site
+from fastdispatch.tracing.sites import made_at, remember_made, user_site
 
 __all__ = ["FunctionStats", "PHASES", "Trace"]
 
@@ -190,6 +190,10 @@ class Trace:
         self._serials = itertools.count()  # one per wrapper object seen
         self._compiled = {}  # id(signature) -> (signature, function key): whose executable
         self.tally = None  # hooks.Tally while host syncs and eager ops are watched
+
+    def made(self, fn):
+        """The dispatcher made compiled function ``fn`` (called by whoever called jit)."""
+        remember_made(fn, sys._getframe(1))
 
     # -- the hook (hot: with the folding, ~0.7 us a call) ----------------
     def record(self, fn, times, hit, compile_ns, fallback, signature):

@@ -5,21 +5,20 @@ equinox, numpy or fastdispatch frame that did the work.  ``user_site()``
 walks up the stack to the first frame of the program's own code; whether a
 code object is library code is decided once per code object.
 
-``remember_jit`` wraps ``fastdispatch.jit`` while tracing, so that a compiled
-function knows the line that made it (a new ``jax.jit`` wrapper inside a loop
-is reported there).
+While tracing, ``fastdispatch.jit`` tells the trace of each compiled function
+it makes (``remember_made``), so that a compiled function knows the line that
+made it (a new ``jax.jit`` wrapper inside a loop is reported there).
 """
 
 from __future__ import annotations
 
-import functools
 import importlib.util
 import os
 import sys
 import sysconfig
 import weakref
 
-__all__ = ["library_code", "made_at", "remember_jit", "short", "user_site"]
+__all__ = ["library_code", "made_at", "remember_made", "short", "user_frame", "user_site"]
 
 # Packages whose frames are never the user's: the work is done there, the
 # decision to do it is made in the program.
@@ -55,15 +54,20 @@ def library_code(code) -> bool:
     return found
 
 
+def user_frame(frame):
+    """The innermost frame of the program's own code from ``frame`` up, or None."""
+    while frame is not None:
+        if not library_code(frame.f_code):
+            return frame
+        frame = frame.f_back
+    return None
+
+
 def user_site(frame=None):
     """``(filename, line)`` of the innermost frame of the program's own code
     above ``frame`` (default: the caller's caller), or None when there is none."""
-    frame = sys._getframe(2) if frame is None else frame
-    while frame is not None:
-        if not library_code(frame.f_code):
-            return frame.f_code.co_filename, frame.f_lineno
-        frame = frame.f_back
-    return None
+    frame = user_frame(sys._getframe(2) if frame is None else frame)
+    return None if frame is None else (frame.f_code.co_filename, frame.f_lineno)
 
 
 def short(site, cwd) -> str:
@@ -84,42 +88,17 @@ _made_at = weakref.WeakKeyDictionary()  # compiled function -> (filename, line)
 
 
 def made_at(fn):
-    """The site that made ``fn`` through ``remember_jit``, or None."""
+    """The site that made ``fn`` while tracing, or None."""
     try:
         return _made_at.get(fn)
     except TypeError:  # not weakly referenceable or not hashable
         return None
 
 
-def remember_jit(jit):
-    """``jit`` that remembers where each compiled function was made.  Used as
-    ``jax.jit`` while tracing (a decorator factory, ``jit(static_argnums=1)``,
-    is wrapped too, so that ``@partial(jax.jit, ...)`` is remembered)."""
-
-    @functools.wraps(jit)
-    def remembering(*args, **kwargs):
-        made = jit(*args, **kwargs)
-        site = user_site(sys._getframe(1))
-        if args:
-            _remember(made, site)
-            return made
-        return _remember_decorator(made, site)
-
-    return remembering
-
-
-def _remember_decorator(decorator, site):
-    @functools.wraps(decorator)
-    def decorate(fun):
-        made = decorator(fun)
-        _remember(made, site)
-        return made
-
-    return decorate
-
-
-def _remember(fn, site):
+def remember_made(fn, frame):
+    """``fn`` was made just now, called from ``frame`` (``jit(f)``, or a
+    decorator ``jit(static_argnums=1)`` made applied to ``f``)."""
     try:
-        _made_at[fn] = site
+        _made_at[fn] = user_site(frame)
     except TypeError:
         pass

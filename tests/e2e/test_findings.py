@@ -280,3 +280,46 @@ def test_clean_training_loop_has_no_findings(tmp_path):
     assert set(split["compile_phases"]) == {"tracing", "lowering", "XLA"}
     (row,) = report["functions"]
     assert row["calls"] == 200 and row["compiles"] == 1
+
+
+def test_trace_replaces_no_name_routing_does_not(tmp_path):
+    # --trace changes no attribute of jax, jax.numpy, jax.lax, jax.random, jax.nn
+    # or numpy: each is the object it is under plain routing (jax.jit is
+    # fastdispatch.jit in both), the program's line for a new wrapper notwithstanding.
+    source = textwrap.dedent(
+        """\
+        import hashlib
+        import sys
+
+        import jax
+        import jax.numpy as jnp
+        import numpy as np
+
+        import fastdispatch
+
+        names = []
+        for module in ("jax", "jax.numpy", "jax.lax", "jax.random", "jax.nn", "numpy"):
+            for name, value in sorted(vars(sys.modules[module]).items()):
+                if not name.startswith("_") and callable(value):
+                    where = getattr(value, "__module__", None)
+                    names.append(f"{module}.{name} {where} {type(value).__name__}")
+        print(jax.jit is fastdispatch.jit, hashlib.sha256("\\n".join(names).encode()).hexdigest())
+        jnp.sin(jnp.ones(2)).block_until_ready()
+        """
+    )
+    (tmp_path / "prog.py").write_text(source)
+    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONDONTWRITEBYTECODE="1")
+    outputs = []
+    for options in ([], ["--trace"]):
+        proc = subprocess.run(
+            [sys.executable, "-m", "fastdispatch", *options, "prog.py"],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
+        assert proc.returncode == 0, proc.stderr
+        outputs.append(proc.stdout)
+    assert outputs[0] == outputs[1]
+    assert outputs[0].startswith("True ")

@@ -537,3 +537,55 @@ def test_traced_parts_are_its_lowering_inputs():
     assert list(constant_args) == []
     assert params["jaxpr"] is traced.jaxpr
     assert params["donated_invars"] == (True,) and len(params["in_shardings"]) == 1
+
+
+# -- jax.jit's two ways to dispatch (--trace's eager ops) ---------------------------
+
+
+def test_jit_post_hook_is_called_after_each_fast_path_call_only():
+    seen = []
+    f = jax.jit(lambda v: v * 2)
+    x = jnp.ones(3)
+    previous = _jax.jit_post_hook()
+    _jax.set_jit_post_hook(lambda jitted, args, kwargs, out: seen.append((jitted, args, kwargs, out)))
+    try:
+        f(x)  # a miss: jax's Python path
+        out = f(x)  # the C++ fast path
+    finally:
+        _jax.set_jit_post_hook(previous)
+    ((jitted, args, kwargs, got),) = seen
+    assert jitted is f and args == (x,) and args[0] is x and kwargs == {} and got is out
+    f(x)
+    assert len(seen) == 1
+
+
+def test_observe_jit_python_path_sees_every_call_the_fast_path_hands_back():
+    seen = []
+
+    def observer(fun, run):
+        seen.append(fun)
+        return run()
+
+    def double(v):
+        return v * 2
+
+    f = jax.jit(double)
+    _jax.observe_jit_python_path(observer)
+    try:
+        first = f(jnp.ones(3))  # traced and compiled: the Python path
+        f(jnp.ones(3))  # the fast path
+    finally:
+        _jax.observe_jit_python_path(None)
+    assert seen.count(double) == 1
+    np.testing.assert_array_equal(first, 2 * np.ones(3))
+    f(jnp.ones(4))  # jax's own path again
+    assert seen.count(double) == 1
+
+
+def test_jitted_function_is_what_jit_wraps():
+    def g(v):
+        return v
+
+    assert _jax.jitted_function(jax.jit(g)) is g
+    assert _jax.jitted_function(jnp.sin).__module__.startswith("jax._src.numpy")
+    assert _jax.jitted_function(lambda: None) is None

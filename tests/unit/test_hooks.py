@@ -1,0 +1,162 @@
+"""tracing.hooks: what --trace watches (host syncs, eager ops) without replacing
+any public name of jax or numpy, and programs that compare functions by
+identity compute under it what they compute stock."""
+
+import linecache
+import sys
+
+import jax
+import jax.numpy as jnp
+import ml_dtypes
+import numpy as np
+import pytest
+from jax import lax
+
+from fastdispatch import _jax
+from fastdispatch.tracing import hooks
+
+MODULES = ("jax", "jax.numpy", "jax.lax", "jax.random", "jax.nn", "numpy")
+
+
+def public_attributes():
+    return {
+        (module, name): value
+        for module in MODULES
+        for name, value in vars(sys.modules[module]).items()
+        if not name.startswith("_")
+    }
+
+
+@pytest.fixture
+def tally():
+    t = hooks.Tally()
+    hooks.install(t)
+    try:
+        yield t
+    finally:
+        hooks.uninstall(t)
+
+
+def test_install_and_uninstall_replace_no_public_name():
+    before = public_attributes()
+    t = hooks.Tally()
+    hooks.install(t)
+    try:
+        during = public_attributes()
+    finally:
+        hooks.uninstall(t)
+    after = public_attributes()
+    for seen in (during, after):
+        assert seen.keys() == before.keys()
+        changed = [key for key, value in before.items() if seen[key] is not value]
+        assert changed == []
+    assert _jax.jit_post_hook() is None
+
+
+def max_pool(x):
+    return lax.reduce_window(x, -jnp.inf, lax.max, (1, 2, 2, 1), (1, 2, 2, 1), "VALID")
+
+
+def avg_pool(x):
+    return lax.reduce_window(x, 0.0, lax.add, (1, 2, 2, 1), (1, 1, 1, 1), "SAME") / 4
+
+
+def pooled_grad(pool):
+    """A new function each time, so that jit traces it again (lax.max and
+    lax.add are looked up then)."""
+
+    def loss(x):
+        return jnp.sum(pool(jnp.tanh(x)) ** 2)
+
+    return jax.jit(jax.grad(loss))
+
+
+@pytest.mark.parametrize("pool", [max_pool, avg_pool])
+def test_grad_through_reduce_window_is_stock_under_the_hooks(pool):
+    # lax.reduce_window recognises lax.max and lax.add by identity and picks a
+    # reduction with a reverse-mode rule; a replaced lax.max failed here
+    # ("Linearization failed to produce known values for all output primals").
+    x = jnp.arange(2 * 4 * 4 * 3, dtype=jnp.float32).reshape(2, 4, 4, 3) % 7 / 7
+    stock = pooled_grad(pool)(x)
+    t = hooks.Tally()
+    hooks.install(t)
+    try:
+        traced = pooled_grad(pool)(x)
+        eager = jax.grad(lambda v: jnp.sum(pool(v)))(x)
+    finally:
+        hooks.uninstall(t)
+    np.testing.assert_array_equal(traced, stock)
+    assert traced.dtype == stock.dtype and traced.shape == x.shape
+    np.testing.assert_array_equal(eager, jax.grad(lambda v: jnp.sum(pool(v)))(x))
+
+
+def only_site(table, text):
+    """The one entry of ``table`` whose site is this file's line holding ``text``."""
+    found = [
+        (site, entry)
+        for site, entry in table.items()
+        if site[0] == __file__ and text in linecache.getline(*site)
+    ]
+    assert len(found) == 1, table
+    return found[0][1]
+
+
+def test_eager_ops_are_counted_at_the_line_once_each(tally):
+    x = jnp.ones(4)
+    for _ in range(50):
+        x = jnp.sin(x) * 0.5  # two dispatches: sin, then the Array's multiply
+    count, ns = only_site(tally.eager, "jnp.sin(x) * 0.5")
+    assert count == 100 and ns > 0
+    y = lax.add(x, x)  # a primitive, jitted by jax once: one dispatch, not two
+    assert only_site(tally.eager, "lax.add(x, x)")[0] == 1
+    assert tally.eager_seconds() > 0
+    np.testing.assert_allclose(y, 2 * x)
+
+
+def test_the_programs_own_jit_is_not_an_eager_op(tally):
+    step = jax.jit(lambda v: v * 2 + 1)
+    x = jnp.ones(3)
+    for _ in range(3):
+        x = step(x)  # compiled calls
+    assert [site for site in tally.eager if "step(x)" in linecache.getline(*site)] == []
+    assert only_site(tally.eager, "jnp.ones(3)")[0] == 2  # jax runs it as two executables
+
+
+def syncs_at(tally, text):
+    """{how: count} of the syncs at this file's line holding ``text``."""
+    return {
+        how: entry[0]
+        for (site, how), entry in tally.syncs.items()
+        if site[0] == __file__ and text in linecache.getline(*site)
+    }
+
+
+def test_host_syncs_on_the_array_type(tally):
+    x = jnp.arange(3.0)
+    for _ in range(4):
+        float(x[1])  # the program reads
+    assert syncs_at(tally, "float(x[1])") == {"float()": 4}
+    jax.device_get({"a": x})  # through jax, which calls the Array's __array__
+    assert syncs_at(tally, "jax.device_get(") == {"jax.device_get()": 1}
+    # A bfloat16 array has no buffer-protocol format: numpy asks __array__.
+    np.asarray(x.astype(ml_dtypes.bfloat16))
+    assert syncs_at(tally, "np.asarray(x.astype") == {"np.asarray()": 1}
+    jnp.sum(x) + jnp.asarray(x)  # jax's own work reads nothing to the host
+    assert syncs_at(tally, "jnp.sum(x) + jnp.asarray(x)") == {}
+    assert tally.sync_seconds() > 0
+
+
+def test_debug_nans_still_checks_calls_on_the_fast_path():
+    # jax_debug_nans checks fast-path calls in jax's post hook: ours must chain it.
+    jax.config.update("jax_debug_nans", True)
+    t = hooks.Tally()
+    try:
+        hooks.install(t)
+        log = jax.jit(jnp.log)
+        log(jnp.ones(2))  # compiled, no NaN
+        with pytest.raises(FloatingPointError):
+            log(-jnp.ones(2))  # the fast path, a NaN
+    finally:
+        hooks.uninstall(t)
+        jax.config.update("jax_debug_nans", False)
+    assert _jax.jit_post_hook() is None
