@@ -194,9 +194,10 @@ def patch_jax(remember_sites=False):
 
 
 def patch_equinox(equinox):
-    from fastdispatch.equinox import filter_jit
+    from fastdispatch.equinox import filter_jit, recognise_jit_wrappers
 
     equinox.filter_jit = filter_jit
+    recognise_jit_wrappers()
 
 
 def patch_nnx(flax_nnx):
