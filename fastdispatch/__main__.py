@@ -190,9 +190,10 @@ def patch_jax():
 
 
 def patch_equinox(equinox):
-    from fastdispatch.equinox import filter_jit
+    from fastdispatch.equinox import filter_jit, recognise_jit_wrappers
 
     equinox.filter_jit = filter_jit
+    recognise_jit_wrappers()
 
 
 def patch_nnx(flax_nnx):

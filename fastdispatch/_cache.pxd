@@ -41,6 +41,13 @@ cdef class FunctionCache:
         entry.last_used = self.shared._clock
 
 
+cdef class ByIdentity:
+    cdef Py_ssize_t address                # id() of the function: the key's hash
+    cdef object ref                        # weakref to the function, or None where it has none
+    cdef object strong                     # the function itself, where it cannot be weakly referenced
+    cdef object target(self)               # the function, or None once it died
+
+
 cdef class CompiledFunctionCache:
     cdef Py_ssize_t _capacity              # most entries, over all functions
     cdef Py_ssize_t _size                  # entries now, over all functions

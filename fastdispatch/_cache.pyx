@@ -125,8 +125,38 @@ def _forget_function(cache_ref, dead_ref):
     cdef CompiledFunctionCache cache = cache_ref()
     if cache is None:
         return
-    for key in [key for key in cache._functions if key[0] is dead_ref]:
+    for key in [key for key in cache._functions
+                if key[0] is dead_ref
+                or (type(key[0]) is ByIdentity and (<ByIdentity>key[0]).ref is dead_ref)]:
         cache._functions.pop(key).clear()
+
+
+cdef class ByIdentity:
+    """A function's key where it cannot be hashed (an object with ``__eq__``
+    and no ``__hash__``, an equinox Module holding arrays): jax.jit takes any
+    callable, and only its trace cache, at a call, hashes it; so the function
+    is keyed by its identity here, weakly where it can be."""
+
+    def __init__(self, fun, callback):
+        self.address = id(fun)
+        try:
+            self.ref = weakref.ref(fun, callback)
+        except TypeError:
+            self.ref = None
+            self.strong = fun   # not weakly referenceable: held for the cache's life
+
+    cdef object target(self):
+        return self.strong if self.ref is None else self.ref()
+
+    def __hash__(self):
+        return self.address
+
+    def __eq__(self, other):
+        if type(other) is not ByIdentity:
+            return NotImplemented
+        target = self.target()
+        return self is other or (target is not None
+                                 and target is (<ByIdentity>other).target())
 
 
 def _rebuild_cache(int format_version, Py_ssize_t capacity):
@@ -157,12 +187,17 @@ cdef class CompiledFunctionCache:
 
     cdef FunctionCache function_cache(self, object fun, object options_key):
         """The entries of ``fun`` compiled with these options (created empty)."""
+        forget = partial(_forget_function, weakref.ref(self))
         try:
-            ref = weakref.ref(fun, partial(_forget_function, weakref.ref(self)))
-            key = (ref, options_key)
+            hash(fun)
         except TypeError:
-            # Not weakly referenceable (a builtin, say): held for the cache's life.
-            key = (fun, options_key)
+            key = (ByIdentity(fun, forget), options_key)
+        else:
+            try:
+                key = (weakref.ref(fun, forget), options_key)
+            except TypeError:
+                # Not weakly referenceable (a builtin, say): held for the cache's life.
+                key = (fun, options_key)
         cdef FunctionCache found = self._functions.get(key)
         if found is None:
             found = FunctionCache.__new__(FunctionCache)

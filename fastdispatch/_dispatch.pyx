@@ -730,5 +730,6 @@ def jit(fun=NOT_GIVEN, /, *, in_shardings=NOT_GIVEN, out_shardings=NOT_GIVEN,
                  inline=inline, compiler_options=compiler_options)
     options = {name: value for name, value in given.items() if value is not NOT_GIVEN}
     if fun is NOT_GIVEN:
-        return functools.partial(CompiledFunction, options=options, cache=cache)
+        # A plain function, as jax.jit's decorator form is.
+        return lambda fun: CompiledFunction(fun, options, cache)
     return CompiledFunction(fun, options, cache)

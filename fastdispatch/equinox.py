@@ -19,6 +19,10 @@ names, all listed here and tested in tests/unit/test_equinox.py:
   equinox._module._module._ModuleMeta    the metaclass of every Module
   equinox._module._flatten.MISSING       the first aux item of a Module's flatten
   equinox._caches.cache_clears           what equinox.clear_caches() clears
+  equinox._module._module._transform_types
+                                         the wrapper types a Module field is warned about
+                                         (``type(jax.jit(...))`` among them): see
+                                         recognise_jit_wrappers
   a Module's generated flatten function  recognised by its docstring; its fields read
                                          from dataclasses.fields (FieldLayout)
 """
@@ -36,7 +40,7 @@ from equinox import _jit as _eqx_jit
 from equinox._module import _flatten as _eqx_flatten
 from equinox._module import _module as _eqx_module
 
-from fastdispatch import _dispatch, _filter, _pytree
+from fastdispatch import _dispatch, _filter, _jax, _pytree
 
 __all__ = ["FilterJitWrapper", "filter_jit"]
 
@@ -97,6 +101,16 @@ def _clear_dispatchers():
 
 
 _eqx_caches.cache_clears.append(_clear_dispatchers)
+
+
+def recognise_jit_wrappers():
+    """equinox warns when a Module field holds a jax-transformed callable that
+    wraps arrays, and knows one by its type: ``type(jax.jit(lambda x: x))``,
+    taken when equinox is imported.  Under ``python -m fastdispatch`` that is
+    CompiledFunction or jax's own PjitFunction, whichever jax.jit was then;
+    both kinds of wrapper exist in a routed program (a library may have made
+    its jitted functions before the patch), so equinox is told of both."""
+    _eqx_module._transform_types.update({_dispatch.CompiledFunction, type(_jax.jax_jit(lambda x: x))})
 
 
 def _module_layout(cls, to_iter):

@@ -39,6 +39,41 @@ def test_equinox_names_used():
     assert front._clear_dispatchers in eqx._caches.cache_clears
     fields = {f.name for f in dataclasses.fields(_jit._JitWrapper)}
     assert {"_cached", "_signature", "_dynamic_fun", "_static_fun", "donate_first", "donate_rest"} <= fields
+    # equinox's Module-field warning knows jax.jit's wrapper by type, from this set.
+    assert type(jax.jit(lambda x: x)) in eqx._module._module._transform_types
+
+
+def _jax_transform_warning_with_equinox_imported_first():
+    import warnings
+
+    import equinox
+
+    from fastdispatch.__main__ import patch_jax
+
+    class Holder(equinox.Module):
+        linear: object
+
+    def warnings_for(jitted):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            Holder(jitted)
+        return [str(w.message).split(" on")[0].strip() for w in caught]
+
+    def linear():
+        return equinox.nn.Linear(2, 2, key=jax.random.key(0))
+
+    stock_jit = jax.jit
+    expected = warnings_for(stock_jit(linear()))
+    assert expected and set(expected) == {"Possibly assigning a JAX-transformed callable as an attribute"}
+    patch_jax()  # after equinox took type(jax.jit(...)): as a sitecustomize import would leave it
+    assert type(jax.jit(linear())) is fastdispatch.CompiledFunction
+    assert warnings_for(jax.jit(linear())) == expected
+    assert warnings_for(stock_jit(linear())) == expected  # a jitted function made before the patch
+    assert warnings_for(jax.jit(lambda x: x)) == []
+
+
+def test_jax_transform_warning_whichever_jit_equinox_saw_first():
+    run_in_subprocess(_jax_transform_warning_with_equinox_imported_first, n_devices=1)
 
 
 def test_layout_of_a_module_matches_its_generated_flatten():
