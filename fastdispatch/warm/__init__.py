@@ -19,13 +19,14 @@ compiling only, and no function is refused for what its code reaches.
 
 from __future__ import annotations
 
+import collections
 import threading
 import time
 
 import jax
 
-from fastdispatch import _engine, _jax
-from fastdispatch.warm import outputs
+from fastdispatch import _engine, _jax, _reasons
+from fastdispatch.warm import jax_cache, outputs
 from fastdispatch.warm import preload as preload_module
 from fastdispatch.warm.identity import NotStored
 from fastdispatch.warm.keys import call_key, checked_key, filter_call_key, filter_call_objects, nnx_call_key
@@ -37,9 +38,38 @@ from fastdispatch.warm.store import DEFAULT_MAX_BYTES, Store, WarmStartWarning, 
 _traces = threading.local()
 
 
+# jax.monitoring's event for one XLA compile (or a load from jax's persistent
+# cache), and jax's event for a hit in that cache.
+_XLA_EVENT = next(name for name, phase in _jax.COMPILE_PHASE_EVENTS.items() if phase == "XLA")
+_JAX_CACHE_HIT_EVENT = "/jax/compilation_cache/cache_hits"
+
+
+class _Compiles:
+    """What jax compiled since warm start began, by computation name, and how
+    many of those jax's persistent cache served: the compiles warm start did
+    not key explain themselves by these (eager operations, say)."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.names = collections.Counter()
+        self.jax_cache_hits = 0
+
+
+_compiles = _Compiles()
+
+
 def _count_trace(event, duration, **kwargs):
     if event == _jax.JAXPR_TRACE_EVENT:
         _traces.count = getattr(_traces, "count", 0) + 1
+    elif event == _XLA_EVENT:
+        with _compiles.lock:
+            _compiles.names[str(kwargs.get("fun_name", "?"))] += 1
+
+
+def _count_event(event, **kwargs):
+    if event == _JAX_CACHE_HIT_EVENT:
+        with _compiles.lock:
+            _compiles.jax_cache_hits += 1
 
 
 class Checked:
@@ -90,7 +120,9 @@ class WarmStart:
         reason recorded); ``options`` as ``keys.filter_call_key`` takes them."""
         if self.checked:
             # equinox's own call traces it: its trace cannot be keyed first.
-            self.store.refuse(fun, "is a filter_jit function, not stored in checked mode")
+            self.store.refuse(
+                fun, _reasons.WARM_CHECKED_FILTER, "is a filter_jit function, not stored in checked mode"
+            )
             return None
         return self._key(fun, filter_call_key, options, signature)
 
@@ -104,9 +136,11 @@ class WarmStart:
         try:
             return describe(*parts)
         except NotStored as refusal:
-            self.store.refuse(fun, str(refusal))
+            self.store.refuse(fun, refusal.reason, str(refusal))
         except Exception as error:  # never let a key break a call: compile instead
-            self.store.refuse(fun, f"has a key that failed ({type(error).__name__}: {error})")
+            self.store.refuse(
+                fun, _reasons.WARM_KEY_FAILED, f"has a key that failed ({type(error).__name__}: {error})"
+            )
         return None
 
     def load(self, key):
@@ -138,21 +172,26 @@ class WarmStart:
         _traces.pending = None
         if type(key) is Checked:
             if traced is None or traced.jaxpr is not key.traced.jaxpr:
-                self.store.refuse(fun, "was compiled from another trace than the one keyed")
+                self.store.refuse(
+                    fun, _reasons.WARM_OTHER_TRACE, "was compiled from another trace than the one keyed"
+                )
                 return
             self.store.save(key.digest, compiled, fun, None, self.tally(fun), trees=False)
             return
         if pending is None or pending[0] != key or getattr(_traces, "count", 0) <= pending[1]:
             # jax served this compile from a trace made earlier in this process
             # (before a global it reads may have changed): not written.
-            self.store.refuse(fun, "was compiled from a trace jax made earlier in this process")
+            self.store.refuse(
+                fun, _reasons.WARM_OTHER_TRACE, "was compiled from a trace jax made earlier in this process"
+            )
             return
         self.store.save(key, compiled, fun, recipe, self.tally(fun), flat_inputs=flat_inputs)
 
-    def refuse(self, fun, reason: str):
-        """``fun``'s compile is not written, for ``reason`` (a front end's)."""
+    def refuse(self, fun, reason: str, detail: str):
+        """``fun``'s compile is not written, for ``reason`` (one of
+        fastdispatch._reasons' WARM_ constants; ``detail``: what and where)."""
         _traces.pending = None
-        self.store.refuse(fun, reason)
+        self.store.refuse(fun, reason, detail)
 
     def save_filter(self, key, compiled, fun, signature, out_treedef, sources, statics):
         """Write a filter_jit compile with its output recipe (the output tree
@@ -162,9 +201,13 @@ class WarmStart:
         try:
             recipe = outputs.describe(out_treedef, sources, statics, filter_call_objects(signature))
         except NotStored as refusal:
-            self.refuse(fun, str(refusal))
+            self.refuse(fun, refusal.reason, str(refusal))
         except Exception as error:  # never let the store break a call
-            self.refuse(fun, f"has outputs that failed to describe ({type(error).__name__}: {error})")
+            self.refuse(
+                fun,
+                _reasons.WARM_OUTPUTS,
+                f"has outputs that failed to describe ({type(error).__name__}: {error})",
+            )
         else:
             self.save(key, compiled, fun, recipe)
 
@@ -179,9 +222,13 @@ class WarmStart:
             sources = range(first_output, first_output + n)
             recipe = ("nnx", outputs.describe(out_treedef, sources, [None] * n, []))
         except NotStored as refusal:
-            self.refuse(fun, str(refusal))
+            self.refuse(fun, refusal.reason, str(refusal))
         except Exception as error:  # never let the store break a call
-            self.refuse(fun, f"has outputs that failed to describe ({type(error).__name__}: {error})")
+            self.refuse(
+                fun,
+                _reasons.WARM_OUTPUTS,
+                f"has outputs that failed to describe ({type(error).__name__}: {error})",
+            )
         else:
             self.save(key, compiled, fun, recipe, flat_inputs=True)
 
@@ -215,12 +262,14 @@ def warm_start(
     ``preload``: load the executables this program used last time in a
     background thread from now on (warm/preload.py), the program named by
     ``program`` (default: the ``__main__`` script's path)."""
-    global _current, _listening
+    global _current, _listening, _compiles
     if directory is None:
         _engine.set_warm_store(None)
         _current = None
+        jax_cache.restore()
         return
     store = Store(directory, max_bytes)
+    store.jax_cache = jax_cache.enable(store.directory, max_bytes, store.writable)
     program = program if program is not None else preload_module.program_of_main()
     # Checked mode's files load with the trees of this process's trace: not ahead of it.
     if preload and not checked and program is not None:
@@ -229,7 +278,9 @@ def warm_start(
     current = WarmStart(store, checked=bool(checked))
     if not _listening:
         jax.monitoring.register_event_duration_secs_listener(_count_trace)
+        jax.monitoring.register_event_listener(_count_event)
         _listening = True
+    _compiles = _Compiles()
     _current = current
     _engine.set_warm_store(current)
 
@@ -260,8 +311,32 @@ def warm_start_stats() -> dict | None:
             "max_bytes": store.max_bytes,
             **store.counts,
             "not_stored": dict(store.not_stored),
+            "jax_cache": dict(store.jax_cache),
+            "reasons": dict(store.reasons),
+            "outside": _outside(set(_current.functions) | set(store.not_stored)),
             "functions": {name: dict(tally) for name, tally in _current.functions.items()},
         }
+
+
+def _outside(keyed: set) -> dict:
+    """The compiles jax made since warm start began for computations other
+    than the functions warm start keyed (``keyed``: their qualified names):
+    eager operations, transformations run outside a jit, a library's own jit.
+    jax's persistent cache (warm/jax_cache.py) is what serves those."""
+    short = {name.rpartition(".")[2] for name in keyed}
+    with _compiles.lock:
+        names = {
+            name: n
+            for name, n in _compiles.names.items()
+            if name.removeprefix("jit_").removeprefix("jit(").removesuffix(")") not in short
+        }
+        hits = _compiles.jax_cache_hits
+    return {
+        "reason": _reasons.WARM_OUTSIDE if names else None,
+        "compiles": sum(names.values()),
+        "names": dict(collections.Counter(names).most_common()),
+        "jax_cache_hits": hits,
+    }
 
 
 def summary() -> str:
@@ -279,10 +354,20 @@ def summary() -> str:
         + ("" if stats["writable"] else ", read-only")
         + (", checked" if stats["checked"] else "")
     )
-    lines = [f"warm start ({where}): {counts}"]
+    lines = [f"warm start ({where}): {counts}", "  " + jax_cache.describe(stats["jax_cache"])]
     for name, tally in sorted(stats["functions"].items()):
         lines.append(f"  {name}: {_function_line(tally)}")
     lines += [f"  {reason}" for reason in stats["not_stored"].values()]
+    outside = stats["outside"]
+    if outside["compiles"]:
+        names = ", ".join(f"{name} x{n}" if n > 1 else name for name, n in list(outside["names"].items())[:6])
+        more = ", ..." if len(outside["names"]) > 6 else ""
+        lines.append(
+            f"  {outside['compiles']} {_reasons.WARM_OUTSIDE} ({names}{more}): eager operations, "
+            "transformations outside a jit, a library's own jit; jax's persistent cache keeps those"
+        )
+    if outside["jax_cache_hits"]:
+        lines.append(f"  jax's persistent cache served {outside['jax_cache_hits']} compiles in this process")
     return "\n".join(lines) + "\n"
 
 

@@ -69,8 +69,28 @@ def environment() -> tuple:
         jax.process_count(),
         os.environ.get("XLA_FLAGS", ""),
         os.environ.get("LIBTPU_INIT_ARGS", ""),
-        tuple(sorted((name, _setting(value)) for name, value in jax.config.values.items())),
+        tuple(
+            sorted(
+                (name, _setting(value))
+                for name, value in jax.config.values.items()
+                if name not in _CACHE_SETTINGS
+            )
+        ),
     )
+
+
+# jax settings that say where and when jax keeps compiles, not what it
+# compiles: warm start sets them itself (warm/jax_cache.py), in every process
+# alike or not, and a store must serve a program whether jax's cache is on.
+_CACHE_SETTINGS = frozenset(
+    {
+        "jax_compilation_cache_dir",
+        "jax_enable_compilation_cache",
+        "jax_compilation_cache_max_size",
+        "jax_persistent_cache_min_compile_time_secs",
+        "jax_persistent_cache_min_entry_size_bytes",
+    }
+)
 
 
 def _setting(value):
@@ -190,17 +210,10 @@ def call_key(fun, options: dict, signature) -> str:
     return hashlib.sha256(repr(parts).encode()).hexdigest()
 
 
-def _nodes(treedef):
-    """(node type, node data) of every node of a jax tree structure, in
-    pre-order; leaves are left out."""
-    if treedef.num_nodes == 1 and treedef.num_leaves == 1:
-        return
-    yield treedef.node_data()
-    for child in treedef.children():
-        yield from _nodes(child)
+_nodes = identity.tree_nodes  # (node type, node data) of every node
 
 
-def _methods(node_types) -> tuple:
+def class_functions(node_types) -> tuple:
     """The functions defined in the bodies of the user classes among
     ``node_types`` (a Module's ``__call__``): the trace runs them, and the
     class's source file alone does not describe the globals they read."""
@@ -271,7 +284,7 @@ def filter_call_key(options: dict, signature) -> str:
         options_digest({name: value for name, value in options.items() if name != "constants"}),
         value_digest(fun_leaves, "is, or holds,"),
         value_digest(tree_structure(fun_treedef), "is a tree holding"),
-        value_digest(_methods(node_types), "calls a method that"),
+        value_digest(class_functions(node_types), "calls a method that"),
         value_digest(tree_structure(args_treedef), "takes a tree holding"),
         tuple(_leaf(view) for view in signature.leaf_keys()),
         value_digest(parts["leaves"], "takes as static argument"),
@@ -378,7 +391,7 @@ def nnx_call_key(fun, options: dict, signature, static_args, node_types) -> str:
         function_digest(fun),
         options_digest(options),
         value_digest(tree_structure(signature.treedef.to_jax()), "takes a graph holding"),
-        value_digest(_methods(node_types), "calls a method that"),
+        value_digest(class_functions(node_types), "calls a method that"),
         tuple(_leaf(view) for view in signature.leaf_keys()),
         value_digest(tuple(static_args), "takes as static argument"),
         context,
