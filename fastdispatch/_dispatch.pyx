@@ -530,7 +530,7 @@ cdef class CompiledFunction(Engine):
         if store is None:
             return
         if reason is None or reason is _HOST_DATA:
-            store.save(entry.warm_key, compiled, self.fun, None, traced)
+            store.save_jit(entry.warm_key, compiled, self.fun, traced, entry.signature)
         else:
             store.refuse(self.fun, _reasons.WARM_LIBRARY_CALL, f"is run by jax.jit ({reason})")
 
@@ -549,8 +549,15 @@ cdef class CompiledFunction(Engine):
     cdef tuple build_loaded(self, Call* call, CacheEntry entry, list leaves, object loaded):
         """The entry of an executable loaded from the warm-start store.  It
         converts host values itself: handing them to jax.jit, whose caches
-        are empty in this process, would trace and compile after all."""
-        return self._from_compiled(entry, leaves, loaded, False)
+        are empty in this process, would trace and compile after all.  One
+        stored with a recipe has its output tree rebuilt from this call's
+        arguments (their trees' node data did not pickle)."""
+        if type(loaded) is not tuple:
+            return self._from_compiled(entry, leaves, loaded, False)
+        compiled, recipe = loaded
+        out_tree = warm_store().jit_out_tree(recipe, entry.signature)
+        return (make_executable(compiled, entry.signature, leaves, self._donates, False),
+                output_tree(out_tree))
 
     cdef tuple _from_compiled(self, CacheEntry entry, list leaves, object compiled,
                               bint jax_is_fallback):

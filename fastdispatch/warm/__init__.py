@@ -20,16 +20,26 @@ compiling only, and no function is refused for what its code reaches.
 from __future__ import annotations
 
 import collections
+import contextlib
+import pickle
 import threading
 import time
+import weakref
 
 import jax
 
 from fastdispatch import _engine, _jax, _reasons
 from fastdispatch.warm import jax_cache, outputs
 from fastdispatch.warm import preload as preload_module
-from fastdispatch.warm.identity import NotStored
-from fastdispatch.warm.keys import call_key, checked_key, filter_call_key, filter_call_objects, nnx_call_key
+from fastdispatch.warm.identity import NotStored, function_digest
+from fastdispatch.warm.keys import (
+    call_key,
+    checked_key,
+    filter_call_key,
+    filter_call_objects,
+    jit_call_objects,
+    nnx_call_key,
+)
 from fastdispatch.warm.store import DEFAULT_MAX_BYTES, Store, WarmStartWarning, function_name
 
 # The thread's count of functions jax traced at top level (jax.monitoring's
@@ -61,6 +71,12 @@ _compiles = _Compiles()
 def _count_trace(event, duration, **kwargs):
     if event == _jax.JAXPR_TRACE_EVENT:
         _traces.count = getattr(_traces, "count", 0) + 1
+        pending = getattr(_traces, "pending", None)
+        current = _current
+        if pending is not None and pending[2] is not None and current is not None:
+            # A miss's trace, of the function as its key's identity digest says.
+            with contextlib.suppress(TypeError):  # a callable without weak references
+                current.traced[pending[3]] = pending[2]
     elif event == _XLA_EVENT:
         with _compiles.lock:
             _compiles.names[str(kwargs.get("fun_name", "?"))] += 1
@@ -92,6 +108,11 @@ class WarmStart:
         # Per function name: its loads, misses, writes, and the seconds its
         # loads took (warm_start_stats()["functions"], the --trace summary).
         self.functions = {}
+        # Per function: its identity digest when jax last traced it under warm
+        # start.  jax reuses a trace for a call that differs in what tracing
+        # does not read (committed arguments after the first step's outputs):
+        # such a compile is written when the function is as it was traced.
+        self.traced = weakref.WeakKeyDictionary()
 
     def tally(self, fun) -> dict:
         with self.store._lock:
@@ -100,7 +121,18 @@ class WarmStart:
     def key(self, fun, options, signature):
         """The store key of this call of ``jit(fun, **options)``, or None (the
         reason recorded)."""
-        return self._key(fun, call_key, fun, options, signature)
+        return self._key(fun, self._identified(call_key), fun, options, signature)
+
+    @staticmethod
+    def _identified(describe):
+        """``describe`` (call_key, nnx_call_key) given the function's identity
+        digest, which is kept for ``save`` (``_traces.identity``)."""
+
+        def keyed(fun, *parts):
+            _traces.identity = function_digest(fun)
+            return describe(fun, *parts, function=_traces.identity)
+
+        return keyed
 
     def checked_key(self, fun, jitted, options, signature, args, kwargs):
         """Checked mode: jax traces the call (``jitted.trace``, into jax's own
@@ -129,10 +161,13 @@ class WarmStart:
     def nnx_key(self, fun, options, signature, static_args, node_types):
         """The store key of this nnx.jit call of ``fun``, or None (the reason
         recorded); the parts as ``keys.nnx_call_key`` takes them."""
-        return self._key(fun, nnx_call_key, fun, options, signature, static_args, node_types)
+        return self._key(
+            fun, self._identified(nnx_call_key), fun, options, signature, static_args, node_types
+        )
 
     def _key(self, fun, describe, *parts):
         _traces.fun = fun  # for the load that follows, on this thread
+        _traces.identity = None
         try:
             return describe(*parts)
         except NotStored as refusal:
@@ -159,7 +194,7 @@ class WarmStart:
             with self.store._lock:
                 tally["load_seconds"] += time.perf_counter() - began
         else:
-            _traces.pending = (key, getattr(_traces, "count", 0))
+            _traces.pending = (key, getattr(_traces, "count", 0), getattr(_traces, "identity", None), fun)
         return compiled
 
     def save(self, key, compiled, fun, recipe=None, traced=None, flat_inputs=False):
@@ -178,14 +213,56 @@ class WarmStart:
                 return
             self.store.save(key.digest, compiled, fun, None, self.tally(fun), trees=False)
             return
-        if pending is None or pending[0] != key or getattr(_traces, "count", 0) <= pending[1]:
+        if pending is None or pending[0] != key:
+            self.store.refuse(
+                fun, _reasons.WARM_OTHER_TRACE, "was compiled from a trace jax made earlier in this process"
+            )
+            return
+        identity = pending[2]
+        if getattr(_traces, "count", 0) <= pending[1] and (
+            identity is None or _get(self.traced, fun) != identity
+        ):
             # jax served this compile from a trace made earlier in this process
-            # (before a global it reads may have changed): not written.
+            # (before a global it reads may have changed): not written.  A
+            # trace made under warm start, of the function as it is now (its
+            # identity digest unchanged since), is the trace a load skips.
             self.store.refuse(
                 fun, _reasons.WARM_OTHER_TRACE, "was compiled from a trace jax made earlier in this process"
             )
             return
         self.store.save(key, compiled, fun, recipe, self.tally(fun), flat_inputs=flat_inputs)
+
+    def save_jit(self, key, compiled, fun, traced, signature):
+        """Write a jit compile.  Its argument and output trees are stored as
+        they are where they pickle; where their nodes hold what does not (a
+        flax TrainState's optax transformation), the input tree is kept flat
+        and the output tree as plain data whose node data are the call's own
+        (warm/outputs.py: the object at the same place of the arguments' tree,
+        which the key describes by content), rebuilt by ``jit_out_tree``."""
+        if type(key) is Checked or _trees_pickle(compiled):
+            self.save(key, compiled, fun, None, traced)
+            return
+        try:
+            n = compiled.out_tree.num_leaves
+            described = outputs.describe(compiled.out_tree, range(n), [None] * n, jit_call_objects(signature))
+        except NotStored as refusal:
+            self.refuse(
+                fun,
+                _reasons.WARM_OUTPUTS,
+                f"has trees that do not pickle and an output tree a load cannot rebuild ({refusal})",
+            )
+        except Exception as error:  # never let the store break a call
+            self.refuse(fun, _reasons.WARM_OUTPUTS, f"has an output tree that failed to describe ({error})")
+        else:
+            self.save(key, compiled, fun, ("jit", described), traced, flat_inputs=True)
+
+    def jit_out_tree(self, recipe, signature):
+        """The output tree of a jit executable stored by ``save_jit`` with a
+        recipe, rebuilt for this call; raises LookupError when it cannot be."""
+        kind, described = recipe
+        if kind != "jit":
+            raise LookupError(f"a recipe of kind {kind!r}")
+        return outputs.rebuild(described, jit_call_objects(signature))[0]
 
     def refuse(self, fun, reason: str, detail: str):
         """``fun``'s compile is not written, for ``reason`` (one of
@@ -231,6 +308,21 @@ class WarmStart:
             )
         else:
             self.save(key, compiled, fun, recipe, flat_inputs=True)
+
+
+def _get(weak: weakref.WeakKeyDictionary, key):
+    try:
+        return weak.get(key)
+    except TypeError:  # a key without weak references: never put in
+        return None
+
+
+def _trees_pickle(compiled) -> bool:
+    try:
+        pickle.dumps((compiled.in_tree, compiled.out_tree), protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception:
+        return False
+    return True
 
 
 _current = None

@@ -190,15 +190,16 @@ def _leaf(view) -> tuple:
     return (kind, described, sharding, bool(view.committed), impl, py_type, dtype, view.shape)
 
 
-def call_key(fun, options: dict, signature) -> str:
+def call_key(fun, options: dict, signature, function=None) -> str:
     """The store key (hex) of a call of ``jit(fun, **options)`` with this
-    CallSignature; raises NotStored."""
+    CallSignature (``function``: ``fun``'s identity digest, when made
+    already); raises NotStored."""
     names = _jax.trace_context_names()
     context = tuple(zip(names, (_context_value(value) for value in signature.context)))
     static = signature.static_args
     parts = (
         environment(),
-        function_digest(fun),
+        function_digest(fun) if function is None else function,
         options_digest(options),
         value_digest(tree_structure(signature.treedef.to_jax()), "takes a tree holding"),
         tuple(_leaf(view) for view in signature.leaf_keys()),
@@ -257,6 +258,16 @@ def filter_call_objects(signature) -> list:
     for treedef in (signature.treedef.to_jax(), fun_treedef):
         for _, data in _nodes(treedef):
             objects.extend(data if type(data) is tuple else (data,))
+    return objects
+
+
+def jit_call_objects(signature) -> list:
+    """The node data of a jit call's argument tree, item by item, in
+    pre-order: the objects at places its structure fixes (the key describes
+    each by content), which a stored output tree names by place."""
+    objects = []
+    for _, data in _nodes(signature.treedef.to_jax()):
+        objects.extend(data if type(data) is tuple else (data,))
     return objects
 
 
@@ -376,7 +387,7 @@ def _lowering_param(value):
     return (type(value).__qualname__, text)
 
 
-def nnx_call_key(fun, options: dict, signature, static_args, node_types) -> str:
+def nnx_call_key(fun, options: dict, signature, static_args, node_types, function=None) -> str:
     """The store key (hex) of an nnx.jit call of ``fun``: its CallSignature
     over flax's split of the arguments (every GraphDef in its tree, by
     content: node and Variable types, static attributes, Variable metadata);
@@ -388,7 +399,7 @@ def nnx_call_key(fun, options: dict, signature, static_args, node_types) -> str:
     described = (
         "nnx.jit",
         environment(),
-        function_digest(fun),
+        function_digest(fun) if function is None else function,
         options_digest(options),
         value_digest(tree_structure(signature.treedef.to_jax()), "takes a graph holding"),
         value_digest(class_functions(node_types), "calls a method that"),
