@@ -70,3 +70,4 @@ cdef class CompiledFunction(Engine):
     cdef tuple _split_static(self, tuple args, dict kwargs)
     cdef tuple _from_compiled(self, CacheEntry entry, list leaves, object compiled,
                               bint jax_is_fallback)
+    cdef object _warm_save(self, CacheEntry entry, object compiled, object traced, str reason)

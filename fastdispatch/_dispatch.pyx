@@ -42,6 +42,7 @@ from fastdispatch._pytree cimport TreeDef, flatten_into
 from fastdispatch._signature cimport CallSignature, LEAF_HOST, classify_leaf
 from fastdispatch._cache import default_cache
 from fastdispatch import _jax, _reasons
+from fastdispatch._reasons import NotFast
 
 cdef extern from "Python.h":
     Py_ssize_t PyVectorcall_NARGS(size_t nargsf)
@@ -514,12 +515,29 @@ cdef class CompiledFunction(Engine):
         traced = self._jitted.trace(*_tuple_from_array(call.argv, nargs),
                                     **_kwargs_from_array(call.argv, nargs, call.kwnames))
         compiled = traced.lower().compile()
-        cdef tuple built = self._from_compiled(entry, leaves, compiled, True)
-        if entry.warm_key is not None:
-            store = warm_store()
-            if store is not None:
-                store.save(entry.warm_key, compiled, self.fun, None, traced)
+        cdef tuple built
+        try:
+            built = self._from_compiled(entry, leaves, compiled, True)
+        except NotFast as refusal:
+            self._warm_save(entry, compiled, traced, refusal.reason)
+            raise
+        self._warm_save(entry, compiled, traced, None)
         return built
+
+    cdef object _warm_save(self, CacheEntry entry, object compiled, object traced, str reason):
+        """Write the compile under the entry's warm-start key.  One jax.jit runs
+        here for its host arguments (``reason``: numpy arguments, say) is written
+        too: a loaded entry converts them itself.  One jax.jit runs for what its
+        executable is (effects, a reshard) is not, and says why."""
+        if entry.warm_key is None:
+            return
+        store = warm_store()
+        if store is None:
+            return
+        if reason is None or reason is _HOST_DATA:
+            store.save_jit(entry.warm_key, compiled, self.fun, traced, entry.signature)
+        else:
+            store.refuse(self.fun, _reasons.WARM_LIBRARY_CALL, f"is run by jax.jit ({reason})")
 
     cdef object warm_key(self, Call* call, CallSignature signature, object store):
         """The call's key in the warm-start store (fastdispatch.warm), or None.
@@ -536,8 +554,15 @@ cdef class CompiledFunction(Engine):
     cdef tuple build_loaded(self, Call* call, CacheEntry entry, list leaves, object loaded):
         """The entry of an executable loaded from the warm-start store.  It
         converts host values itself: handing them to jax.jit, whose caches
-        are empty in this process, would trace and compile after all."""
-        return self._from_compiled(entry, leaves, loaded, False)
+        are empty in this process, would trace and compile after all.  One
+        stored with a recipe has its output tree rebuilt from this call's
+        arguments (their trees' node data did not pickle)."""
+        if type(loaded) is not tuple:
+            return self._from_compiled(entry, leaves, loaded, False)
+        compiled, recipe = loaded
+        out_tree = warm_store().jit_out_tree(recipe, entry.signature)
+        return (make_executable(compiled, entry.signature, leaves, self._donates, False),
+                output_tree(out_tree))
 
     cdef tuple _from_compiled(self, CacheEntry entry, list leaves, object compiled,
                               bint jax_is_fallback):

@@ -339,9 +339,11 @@ cdef class Engine:
             return self.compile(call, entry, leaves, times)
         try:
             executable, finish = self.build_loaded(call, entry, leaves, loaded)
-        except Exception:
+        except Exception as error:
             # Not for this call after all (NotFast: a reshard, host data): the
             # library compiles it, and the stored file stays as it is.
+            store.refuse(<object>call.function, _reasons.WARM_UNFIT,
+                         f"has a stored executable that does not fit its call ({error})")
             return self.compile(call, entry, leaves, times)
         self.executables.complete(entry, executable, finish, None, (now_ns() - began) / 1e9)
         self.remember(call, entry, entry.signature)

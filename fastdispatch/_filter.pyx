@@ -646,7 +646,8 @@ cdef class FilterDispatcher(Engine):
         except NotFast as refusal:
             if entry.warm_key is not None and warm_store() is not None:
                 # Only equinox's own call runs it: nothing to load it for.
-                warm_store().refuse(self.jitted, f"is run by equinox's own call ({refusal.reason})")
+                warm_store().refuse(self.jitted, _reasons.WARM_LIBRARY_CALL,
+                                    f"is run by equinox's own call ({refusal.reason})")
             raise
         if entry.warm_key is not None:
             store = warm_store()
@@ -673,8 +674,9 @@ cdef class FilterDispatcher(Engine):
         if any(signature.static_args[_DONATE]) and (found == NULL or <object>found is not True):
             # donate="warn": the caller asked for jax's compile-time warning
             # about donated buffers it cannot use, which a load would not give.
-            store.refuse(self.jitted, 'donates with donate="warn...": a load would not give '
-                                      "jax's warning about donated buffers it cannot use")
+            store.refuse(self.jitted, _reasons.WARM_DONATION_WARNINGS,
+                         'donates with donate="warn...": a load would not give '
+                         "jax's warning about donated buffers it cannot use")
             return None
         return store.filter_key(self.jitted, self.warm_options, signature)
 

@@ -68,6 +68,21 @@ ARRAY_REF = sys.intern("an array ref in the graph")
 STATE_OUTSIDE_NODE = sys.intern("a PytreeState outside its node")
 OTHER_CONTAINER = sys.intern("a container of another type in the graph")
 
+# Warm start: why a function's calls are not stored, or what jax compiled that
+# warm start did not key (warm_start_stats()["reasons"], the --trace summary).
+WARM_UNDESCRIBED = sys.intern("reaches a value the key cannot describe")
+WARM_CHANGES_STATE = sys.intern("its trace changes the program's state")
+WARM_UNKNOWN_READS = sys.intern("reads globals its code does not name")
+WARM_KEY_FAILED = sys.intern("its key failed")
+WARM_CHECKED_FILTER = sys.intern("filter_jit in checked mode")
+WARM_OTHER_TRACE = sys.intern("compiled from another trace than the one keyed")
+WARM_NOT_SERIALIZABLE = sys.intern("an executable that does not serialize")
+WARM_OUTPUTS = sys.intern("outputs a load cannot rebuild")
+WARM_LIBRARY_CALL = sys.intern("run by the library's own call")
+WARM_DONATION_WARNINGS = sys.intern("donation warnings asked for")
+WARM_UNFIT = sys.intern("a stored executable that does not fit its call")
+WARM_OUTSIDE = sys.intern("compiled by jax outside the calls warm start keys")
+
 ALL = tuple(value for name, value in sorted(globals().items()) if name.isupper() and type(value) is str)
 
 

@@ -174,7 +174,9 @@ def miss(function, args, kwargs, holding, store=None):
         graph = _graph(function, args, kwargs, before, seconds, holding if kept else None)
     except NotFast as refusal:
         if key is not None:
-            store.refuse(flax_function.fun, f"is run by flax's own call: {refusal.reason}")
+            store.refuse(
+                flax_function.fun, _reasons.WARM_LIBRARY_CALL, f"is run by flax's own call: {refusal.reason}"
+            )
         return out, None, refusal.reason, False
     if key is not None:
         _warm_save(function, key, graph, before, store)
@@ -211,7 +213,7 @@ def _warm_lookup(function, args, before, store):
     try:
         parts = _warm_parts(function, args, before)
     except TypeError:  # a leaf the dispatcher does not key: flax's call runs it anyway
-        store.refuse(fun, "takes an argument leaf the dispatcher does not key")
+        store.refuse(fun, _reasons.WARM_UNDESCRIBED, "takes an argument leaf the dispatcher does not key")
         return None, None
     key = store.nnx_key(fun, function._warm_options, *parts)
     return key, None if key is None else store.load(key)
@@ -234,7 +236,7 @@ def _warm_graph(function, args, kwargs, before, loaded, store):
     except (NotFast, LookupError, TypeError, ValueError) as error:
         why = getattr(error, "reason", None) or str(error)
         fun = function.flax_function.fun
-        store.refuse(fun, f"has a stored executable that does not fit its call ({why})")
+        store.refuse(fun, _reasons.WARM_UNFIT, f"has a stored executable that does not fit its call ({why})")
         return None
     return graph
 
@@ -249,7 +251,9 @@ def _warm_save(function, key, graph, before, store):
     derived = _kept_outputs(before, out_treedef, compiled.out_tree.num_leaves)
     if jax.tree_util.tree_structure(derived) != compiled.out_tree:
         store.refuse(
-            function.flax_function.fun, "has outputs whose structure a load could not derive from its graph"
+            function.flax_function.fun,
+            _reasons.WARM_OUTPUTS,
+            "has outputs whose structure a load could not derive from its graph",
         )
         return
     store.save_nnx(key, compiled, function.flax_function.fun, out_treedef, len(graph.slots))

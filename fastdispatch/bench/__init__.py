@@ -23,6 +23,10 @@ raw PjRt limit, and checked against the group's reference first:
     --programs     instead: the whole programs of tests/programs, stock against
                    python -m fastdispatch: wall time and time per step (programs.py);
                    --only names programs, --json and --quick apply
+    --programs --warm-start
+                   instead: the same programs rerun with warm caches: stock with jax's
+                   persistent cache, --warm-start with its store, stock without a cache;
+                   wall time and time to the first step's result (programs_warm.py)
     --trace-cost   instead: what --trace costs whole programs (the README's example
                    and 10,000 small calls), with and without it (trace_cost.py)
     --cold-start   instead: the first call of three train steps in fresh processes,
@@ -97,6 +101,11 @@ def main(argv: list[str] | None = None, prog: str = "fastdispatch bench") -> int
         help="the whole programs of tests/programs instead, stock against python -m fastdispatch",
     )
     parser.add_argument(
+        "--warm-start",
+        action="store_true",
+        help="with --programs: rerun each program with warm caches (jax's persistent cache, warm start)",
+    )
+    parser.add_argument(
         "--trace-cost",
         action="store_true",
         help="what --trace costs whole programs instead: python -m fastdispatch with and without it",
@@ -107,6 +116,8 @@ def main(argv: list[str] | None = None, prog: str = "fastdispatch bench") -> int
         help="the first call in a fresh process instead: jax's persistent cache against --warm-start",
     )
     options = parser.parse_args(argv)
+    if options.warm_start and not options.programs:
+        parser.error("--warm-start applies to --programs")
     if options.cold_start:
         return _run_cold_start(options, f"python -m {prog} {shlex.join(argv)}")
     if options.trace_cost:
@@ -295,6 +306,11 @@ def _run_programs(options, command: str) -> int:
     if options.plot or options.distributed:
         print("--plot and --distributed do not apply to --programs", file=sys.stderr)
         return 2
+    if options.warm_start:
+        from . import programs_warm
+
+        header = _program_header("--programs --warm-start", command)
+        return programs_warm.main(options.quick, options.only, options.json, header)
     return programs.main(options.quick, options.only, options.json, _program_header("--programs", command))
 
 

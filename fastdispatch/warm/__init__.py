@@ -19,16 +19,27 @@ compiling only, and no function is refused for what its code reaches.
 
 from __future__ import annotations
 
+import collections
+import contextlib
+import pickle
 import threading
 import time
+import weakref
 
 import jax
 
-from fastdispatch import _engine, _jax
-from fastdispatch.warm import outputs
+from fastdispatch import _engine, _jax, _reasons
+from fastdispatch.warm import jax_cache, outputs
 from fastdispatch.warm import preload as preload_module
-from fastdispatch.warm.identity import NotStored
-from fastdispatch.warm.keys import call_key, checked_key, filter_call_key, filter_call_objects, nnx_call_key
+from fastdispatch.warm.identity import NotStored, function_digest
+from fastdispatch.warm.keys import (
+    call_key,
+    checked_key,
+    filter_call_key,
+    filter_call_objects,
+    jit_call_objects,
+    nnx_call_key,
+)
 from fastdispatch.warm.store import DEFAULT_MAX_BYTES, Store, WarmStartWarning, function_name
 
 # The thread's count of functions jax traced at top level (jax.monitoring's
@@ -37,9 +48,44 @@ from fastdispatch.warm.store import DEFAULT_MAX_BYTES, Store, WarmStartWarning, 
 _traces = threading.local()
 
 
+# jax.monitoring's event for one XLA compile (or a load from jax's persistent
+# cache), and jax's event for a hit in that cache.
+_XLA_EVENT = next(name for name, phase in _jax.COMPILE_PHASE_EVENTS.items() if phase == "XLA")
+_JAX_CACHE_HIT_EVENT = "/jax/compilation_cache/cache_hits"
+
+
+class _Compiles:
+    """What jax compiled since warm start began, by computation name, and how
+    many of those jax's persistent cache served: the compiles warm start did
+    not key explain themselves by these (eager operations, say)."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.names = collections.Counter()
+        self.jax_cache_hits = 0
+
+
+_compiles = _Compiles()
+
+
 def _count_trace(event, duration, **kwargs):
     if event == _jax.JAXPR_TRACE_EVENT:
         _traces.count = getattr(_traces, "count", 0) + 1
+        pending = getattr(_traces, "pending", None)
+        current = _current
+        if pending is not None and pending[2] is not None and current is not None:
+            # A miss's trace, of the function as its key's identity digest says.
+            with contextlib.suppress(TypeError):  # a callable without weak references
+                current.traced[pending[3]] = pending[2]
+    elif event == _XLA_EVENT:
+        with _compiles.lock:
+            _compiles.names[str(kwargs.get("fun_name", "?"))] += 1
+
+
+def _count_event(event, **kwargs):
+    if event == _JAX_CACHE_HIT_EVENT:
+        with _compiles.lock:
+            _compiles.jax_cache_hits += 1
 
 
 class Checked:
@@ -62,6 +108,11 @@ class WarmStart:
         # Per function name: its loads, misses, writes, and the seconds its
         # loads took (warm_start_stats()["functions"], the --trace summary).
         self.functions = {}
+        # Per function: its identity digest when jax last traced it under warm
+        # start.  jax reuses a trace for a call that differs in what tracing
+        # does not read (committed arguments after the first step's outputs):
+        # such a compile is written when the function is as it was traced.
+        self.traced = weakref.WeakKeyDictionary()
 
     def tally(self, fun) -> dict:
         with self.store._lock:
@@ -70,7 +121,18 @@ class WarmStart:
     def key(self, fun, options, signature):
         """The store key of this call of ``jit(fun, **options)``, or None (the
         reason recorded)."""
-        return self._key(fun, call_key, fun, options, signature)
+        return self._key(fun, self._identified(call_key), fun, options, signature)
+
+    @staticmethod
+    def _identified(describe):
+        """``describe`` (call_key, nnx_call_key) given the function's identity
+        digest, which is kept for ``save`` (``_traces.identity``)."""
+
+        def keyed(fun, *parts):
+            _traces.identity = function_digest(fun)
+            return describe(fun, *parts, function=_traces.identity)
+
+        return keyed
 
     def checked_key(self, fun, jitted, options, signature, args, kwargs):
         """Checked mode: jax traces the call (``jitted.trace``, into jax's own
@@ -90,23 +152,30 @@ class WarmStart:
         reason recorded); ``options`` as ``keys.filter_call_key`` takes them."""
         if self.checked:
             # equinox's own call traces it: its trace cannot be keyed first.
-            self.store.refuse(fun, "is a filter_jit function, not stored in checked mode")
+            self.store.refuse(
+                fun, _reasons.WARM_CHECKED_FILTER, "is a filter_jit function, not stored in checked mode"
+            )
             return None
         return self._key(fun, filter_call_key, options, signature)
 
     def nnx_key(self, fun, options, signature, static_args, node_types):
         """The store key of this nnx.jit call of ``fun``, or None (the reason
         recorded); the parts as ``keys.nnx_call_key`` takes them."""
-        return self._key(fun, nnx_call_key, fun, options, signature, static_args, node_types)
+        return self._key(
+            fun, self._identified(nnx_call_key), fun, options, signature, static_args, node_types
+        )
 
     def _key(self, fun, describe, *parts):
         _traces.fun = fun  # for the load that follows, on this thread
+        _traces.identity = None
         try:
             return describe(*parts)
         except NotStored as refusal:
-            self.store.refuse(fun, str(refusal))
+            self.store.refuse(fun, refusal.reason, str(refusal))
         except Exception as error:  # never let a key break a call: compile instead
-            self.store.refuse(fun, f"has a key that failed ({type(error).__name__}: {error})")
+            self.store.refuse(
+                fun, _reasons.WARM_KEY_FAILED, f"has a key that failed ({type(error).__name__}: {error})"
+            )
         return None
 
     def load(self, key):
@@ -125,7 +194,7 @@ class WarmStart:
             with self.store._lock:
                 tally["load_seconds"] += time.perf_counter() - began
         else:
-            _traces.pending = (key, getattr(_traces, "count", 0))
+            _traces.pending = (key, getattr(_traces, "count", 0), getattr(_traces, "identity", None), fun)
         return compiled
 
     def save(self, key, compiled, fun, recipe=None, traced=None, flat_inputs=False):
@@ -138,21 +207,68 @@ class WarmStart:
         _traces.pending = None
         if type(key) is Checked:
             if traced is None or traced.jaxpr is not key.traced.jaxpr:
-                self.store.refuse(fun, "was compiled from another trace than the one keyed")
+                self.store.refuse(
+                    fun, _reasons.WARM_OTHER_TRACE, "was compiled from another trace than the one keyed"
+                )
                 return
             self.store.save(key.digest, compiled, fun, None, self.tally(fun), trees=False)
             return
-        if pending is None or pending[0] != key or getattr(_traces, "count", 0) <= pending[1]:
+        if pending is None or pending[0] != key:
+            self.store.refuse(
+                fun, _reasons.WARM_OTHER_TRACE, "was compiled from a trace jax made earlier in this process"
+            )
+            return
+        identity = pending[2]
+        if getattr(_traces, "count", 0) <= pending[1] and (
+            identity is None or _get(self.traced, fun) != identity
+        ):
             # jax served this compile from a trace made earlier in this process
-            # (before a global it reads may have changed): not written.
-            self.store.refuse(fun, "was compiled from a trace jax made earlier in this process")
+            # (before a global it reads may have changed): not written.  A
+            # trace made under warm start, of the function as it is now (its
+            # identity digest unchanged since), is the trace a load skips.
+            self.store.refuse(
+                fun, _reasons.WARM_OTHER_TRACE, "was compiled from a trace jax made earlier in this process"
+            )
             return
         self.store.save(key, compiled, fun, recipe, self.tally(fun), flat_inputs=flat_inputs)
 
-    def refuse(self, fun, reason: str):
-        """``fun``'s compile is not written, for ``reason`` (a front end's)."""
+    def save_jit(self, key, compiled, fun, traced, signature):
+        """Write a jit compile.  Its argument and output trees are stored as
+        they are where they pickle; where their nodes hold what does not (a
+        flax TrainState's optax transformation), the input tree is kept flat
+        and the output tree as plain data whose node data are the call's own
+        (warm/outputs.py: the object at the same place of the arguments' tree,
+        which the key describes by content), rebuilt by ``jit_out_tree``."""
+        if type(key) is Checked or _trees_pickle(compiled):
+            self.save(key, compiled, fun, None, traced)
+            return
+        try:
+            n = compiled.out_tree.num_leaves
+            described = outputs.describe(compiled.out_tree, range(n), [None] * n, jit_call_objects(signature))
+        except NotStored as refusal:
+            self.refuse(
+                fun,
+                _reasons.WARM_OUTPUTS,
+                f"has trees that do not pickle and an output tree a load cannot rebuild ({refusal})",
+            )
+        except Exception as error:  # never let the store break a call
+            self.refuse(fun, _reasons.WARM_OUTPUTS, f"has an output tree that failed to describe ({error})")
+        else:
+            self.save(key, compiled, fun, ("jit", described), traced, flat_inputs=True)
+
+    def jit_out_tree(self, recipe, signature):
+        """The output tree of a jit executable stored by ``save_jit`` with a
+        recipe, rebuilt for this call; raises LookupError when it cannot be."""
+        kind, described = recipe
+        if kind != "jit":
+            raise LookupError(f"a recipe of kind {kind!r}")
+        return outputs.rebuild(described, jit_call_objects(signature))[0]
+
+    def refuse(self, fun, reason: str, detail: str):
+        """``fun``'s compile is not written, for ``reason`` (one of
+        fastdispatch._reasons' WARM_ constants; ``detail``: what and where)."""
         _traces.pending = None
-        self.store.refuse(fun, reason)
+        self.store.refuse(fun, reason, detail)
 
     def save_filter(self, key, compiled, fun, signature, out_treedef, sources, statics):
         """Write a filter_jit compile with its output recipe (the output tree
@@ -162,9 +278,13 @@ class WarmStart:
         try:
             recipe = outputs.describe(out_treedef, sources, statics, filter_call_objects(signature))
         except NotStored as refusal:
-            self.refuse(fun, str(refusal))
+            self.refuse(fun, refusal.reason, str(refusal))
         except Exception as error:  # never let the store break a call
-            self.refuse(fun, f"has outputs that failed to describe ({type(error).__name__}: {error})")
+            self.refuse(
+                fun,
+                _reasons.WARM_OUTPUTS,
+                f"has outputs that failed to describe ({type(error).__name__}: {error})",
+            )
         else:
             self.save(key, compiled, fun, recipe)
 
@@ -179,11 +299,30 @@ class WarmStart:
             sources = range(first_output, first_output + n)
             recipe = ("nnx", outputs.describe(out_treedef, sources, [None] * n, []))
         except NotStored as refusal:
-            self.refuse(fun, str(refusal))
+            self.refuse(fun, refusal.reason, str(refusal))
         except Exception as error:  # never let the store break a call
-            self.refuse(fun, f"has outputs that failed to describe ({type(error).__name__}: {error})")
+            self.refuse(
+                fun,
+                _reasons.WARM_OUTPUTS,
+                f"has outputs that failed to describe ({type(error).__name__}: {error})",
+            )
         else:
             self.save(key, compiled, fun, recipe, flat_inputs=True)
+
+
+def _get(weak: weakref.WeakKeyDictionary, key):
+    try:
+        return weak.get(key)
+    except TypeError:  # a key without weak references: never put in
+        return None
+
+
+def _trees_pickle(compiled) -> bool:
+    try:
+        pickle.dumps((compiled.in_tree, compiled.out_tree), protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception:
+        return False
+    return True
 
 
 _current = None
@@ -215,12 +354,14 @@ def warm_start(
     ``preload``: load the executables this program used last time in a
     background thread from now on (warm/preload.py), the program named by
     ``program`` (default: the ``__main__`` script's path)."""
-    global _current, _listening
+    global _current, _listening, _compiles
     if directory is None:
         _engine.set_warm_store(None)
         _current = None
+        jax_cache.restore()
         return
     store = Store(directory, max_bytes)
+    store.jax_cache = jax_cache.enable(store.directory, max_bytes, store.writable)
     program = program if program is not None else preload_module.program_of_main()
     # Checked mode's files load with the trees of this process's trace: not ahead of it.
     if preload and not checked and program is not None:
@@ -229,7 +370,9 @@ def warm_start(
     current = WarmStart(store, checked=bool(checked))
     if not _listening:
         jax.monitoring.register_event_duration_secs_listener(_count_trace)
+        jax.monitoring.register_event_listener(_count_event)
         _listening = True
+    _compiles = _Compiles()
     _current = current
     _engine.set_warm_store(current)
 
@@ -260,8 +403,32 @@ def warm_start_stats() -> dict | None:
             "max_bytes": store.max_bytes,
             **store.counts,
             "not_stored": dict(store.not_stored),
+            "jax_cache": dict(store.jax_cache),
+            "reasons": dict(store.reasons),
+            "outside": _outside(set(_current.functions) | set(store.not_stored)),
             "functions": {name: dict(tally) for name, tally in _current.functions.items()},
         }
+
+
+def _outside(keyed: set) -> dict:
+    """The compiles jax made since warm start began for computations other
+    than the functions warm start keyed (``keyed``: their qualified names):
+    eager operations, transformations run outside a jit, a library's own jit.
+    jax's persistent cache (warm/jax_cache.py) is what serves those."""
+    short = {name.rpartition(".")[2] for name in keyed}
+    with _compiles.lock:
+        names = {
+            name: n
+            for name, n in _compiles.names.items()
+            if name.removeprefix("jit_").removeprefix("jit(").removesuffix(")") not in short
+        }
+        hits = _compiles.jax_cache_hits
+    return {
+        "reason": _reasons.WARM_OUTSIDE if names else None,
+        "compiles": sum(names.values()),
+        "names": dict(collections.Counter(names).most_common()),
+        "jax_cache_hits": hits,
+    }
 
 
 def summary() -> str:
@@ -279,10 +446,20 @@ def summary() -> str:
         + ("" if stats["writable"] else ", read-only")
         + (", checked" if stats["checked"] else "")
     )
-    lines = [f"warm start ({where}): {counts}"]
+    lines = [f"warm start ({where}): {counts}", "  " + jax_cache.describe(stats["jax_cache"])]
     for name, tally in sorted(stats["functions"].items()):
         lines.append(f"  {name}: {_function_line(tally)}")
     lines += [f"  {reason}" for reason in stats["not_stored"].values()]
+    outside = stats["outside"]
+    if outside["compiles"]:
+        names = ", ".join(f"{name} x{n}" if n > 1 else name for name, n in list(outside["names"].items())[:6])
+        more = ", ..." if len(outside["names"]) > 6 else ""
+        lines.append(
+            f"  {outside['compiles']} {_reasons.WARM_OUTSIDE} ({names}{more}): eager operations, "
+            "transformations outside a jit, a library's own jit; jax's persistent cache keeps those"
+        )
+    if outside["jax_cache_hits"]:
+        lines.append(f"  jax's persistent cache served {outside['jax_cache_hits']} compiles in this process")
     return "\n".join(lines) + "\n"
 
 

@@ -27,14 +27,20 @@ import sys
 import sysconfig
 import types
 
+import jax
 import numpy as np
 from jax.tree_util import PyTreeDef
 
-from fastdispatch import _jax
+from fastdispatch import _jax, _reasons
 
 
 class NotStored(Exception):
-    """A call the store cannot key stably; the message says what and where."""
+    """A call the store cannot key stably; the message says what and where,
+    ``reason`` (one of fastdispatch._reasons' WARM_ constants) why."""
+
+    def __init__(self, message, reason=_reasons.WARM_UNDESCRIBED):
+        super().__init__(message)
+        self.reason = reason
 
 
 # Where installed code lives: the standard library and site-packages.  A module
@@ -239,6 +245,10 @@ class _Digest:
                     self.value(getattr(value, name), how)
         elif self.jitted(value, how):
             pass
+        elif isinstance(value, jax.Array) and jax.dtypes.issubdtype(value.dtype, jax.dtypes.prng_key):
+            self.key_array(value, how)
+        elif self.pytree(value, how):
+            pass
         elif (name := constant_name(value)) is not None:
             self.token("constant", name)
         elif self.named(value):
@@ -258,6 +268,35 @@ class _Digest:
             self.refuse(value, how)
         self.token("jax", value.dtype.str, value.shape, value.weak_type)
         self.raw(np.ascontiguousarray(np.asarray(value)).tobytes())
+
+    def key_array(self, value, how):
+        """A typed PRNG key array (an ``nnx.Rngs`` stream's): its
+        implementation, then its key data as an array."""
+        self.token("key", str(jax.random.key_impl(value)), value.shape)
+        self.jax_array(jax.random.key_data(value), how)
+
+    def pytree(self, value, how) -> bool:
+        """A value of a pytree node type jax knows (a flax Variable, State or
+        Module, an optax state): its structure's node types and data, each
+        leaf by content, and the functions defined in its user classes (a
+        Module's ``__call__`` runs in the trace, with the globals it reads)."""
+        try:
+            leaves, treedef = jax.tree_util.tree_flatten(value)
+        except Exception:
+            return False
+        if treedef.num_nodes == 1 and treedef.num_leaves == 1 and leaves and leaves[0] is value:
+            return False  # a leaf: no node type describes it
+        if not self.once(value):
+            return True
+        self.token("pytree")
+        self.value(tree_structure(treedef), how)
+        for leaf in leaves:
+            self.value(leaf, how)
+        from fastdispatch.warm.keys import class_functions
+
+        node_types = [kind for kind, _ in tree_nodes(treedef)]
+        self.value(class_functions(node_types), how)
+        return True
 
     def jitted(self, value, how) -> bool:
         """A fastdispatch.jit function: its function and its options."""
@@ -324,7 +363,8 @@ class _Digest:
                     # say), and a load would skip that change.
                     raise NotStored(
                         f"assigns the {written[0]} variable {written[1]} at {self.where}: "
-                        "a load would skip its trace's change to the program's state"
+                        "a load would skip its trace's change to the program's state",
+                        _reasons.WARM_CHANGES_STATE,
                     )
                 self.token("function")
                 self.code(code)
@@ -363,17 +403,27 @@ class _Digest:
             self.value(constant, "has as constant")
 
     def globals_of(self, fun, code):
-        """The globals the code (and its nested code) names, by value."""
-        names = sorted(_names(code))
+        """The globals the code (and its nested code) reads, by value; a user
+        module among them with the attributes the code may read of it."""
         namespace = fun.__globals__
-        for name in names:
-            if name in namespace:
-                self.token("global", name)
-                value = namespace[name]
-                if type(value) is types.ModuleType:
-                    self.module(value, names)
-                else:
-                    self.value(value, "reads the global " + name + ",")
+        attributes = None
+        for name in sorted(globals_read(code)):
+            if name not in namespace:
+                if name in _UNKNOWN_READS:
+                    # globals(), eval, exec: reads no bytecode names.
+                    raise NotStored(
+                        f"calls {name}() at {self.where}: the globals it reads cannot be known",
+                        _reasons.WARM_UNKNOWN_READS,
+                    )
+                continue  # a builtin (by Python's version, in the environment)
+            self.token("global", name)
+            value = namespace[name]
+            if type(value) is types.ModuleType:
+                if attributes is None:
+                    attributes = sorted(_names(code))
+                self.module(value, attributes)
+            else:
+                self.value(value, "reads the global " + name + ",")
 
     def module(self, module, names):
         """An installed module by name and version; a user module by its source,
@@ -406,6 +456,16 @@ def tree_structure(treedef) -> tuple:
     return (kind, data, tuple(tree_structure(child) for child in treedef.children()))
 
 
+def tree_nodes(treedef):
+    """(node type, node data) of every node of a jax tree structure, in
+    pre-order; leaves are left out."""
+    if treedef.num_nodes == 1 and treedef.num_leaves == 1:
+        return
+    yield treedef.node_data()
+    for child in treedef.children():
+        yield from tree_nodes(child)
+
+
 _STATE_WRITES = {
     "STORE_GLOBAL": "global",
     "DELETE_GLOBAL": "global",
@@ -432,11 +492,39 @@ def _state_written(code, outside: frozenset):
 
 
 def _names(code) -> set:
+    """Every name ``code`` (and code nested in it) looks up by name: globals,
+    and attributes too (``co_names`` holds both).  For a user module's
+    attributes the code may read (``mylib.SCALE``)."""
     names = set(code.co_names)
     for constant in code.co_consts:
         if type(constant) is types.CodeType:
             names |= _names(constant)
     return names
+
+
+# The instructions that read a global by name: LOAD_NAME in a class body or
+# module code (a local of the namespace first, then a global).
+_GLOBAL_READS = frozenset({"LOAD_GLOBAL", "LOAD_NAME"})
+# Builtins through which code reads globals whose names its bytecode does not hold.
+_UNKNOWN_READS = frozenset({"globals", "eval", "exec"})
+
+
+@functools.lru_cache(maxsize=1024)
+def globals_read(code) -> frozenset:
+    """The globals ``code`` reads, as Python runs it: the names of its
+    ``LOAD_GLOBAL`` and ``LOAD_NAME`` instructions, and those of the code
+    nested in it (functions, lambdas, comprehensions, class bodies), which
+    share its globals.  An attribute (``state.params``, ``nnx.state(...)``)
+    is not a global, whatever its name."""
+    names = {
+        instruction.argval
+        for instruction in dis.get_instructions(code)
+        if instruction.opname in _GLOBAL_READS
+    }
+    for constant in code.co_consts:
+        if type(constant) is types.CodeType:
+            names |= globals_read(constant)
+    return frozenset(names)
 
 
 def _digest_of(value, how, where) -> str:

@@ -69,8 +69,28 @@ def environment() -> tuple:
         jax.process_count(),
         os.environ.get("XLA_FLAGS", ""),
         os.environ.get("LIBTPU_INIT_ARGS", ""),
-        tuple(sorted((name, _setting(value)) for name, value in jax.config.values.items())),
+        tuple(
+            sorted(
+                (name, _setting(value))
+                for name, value in jax.config.values.items()
+                if name not in _CACHE_SETTINGS
+            )
+        ),
     )
+
+
+# jax settings that say where and when jax keeps compiles, not what it
+# compiles: warm start sets them itself (warm/jax_cache.py), in every process
+# alike or not, and a store must serve a program whether jax's cache is on.
+_CACHE_SETTINGS = frozenset(
+    {
+        "jax_compilation_cache_dir",
+        "jax_enable_compilation_cache",
+        "jax_compilation_cache_max_size",
+        "jax_persistent_cache_min_compile_time_secs",
+        "jax_persistent_cache_min_entry_size_bytes",
+    }
+)
 
 
 def _setting(value):
@@ -170,15 +190,16 @@ def _leaf(view) -> tuple:
     return (kind, described, sharding, bool(view.committed), impl, py_type, dtype, view.shape)
 
 
-def call_key(fun, options: dict, signature) -> str:
+def call_key(fun, options: dict, signature, function=None) -> str:
     """The store key (hex) of a call of ``jit(fun, **options)`` with this
-    CallSignature; raises NotStored."""
+    CallSignature (``function``: ``fun``'s identity digest, when made
+    already); raises NotStored."""
     names = _jax.trace_context_names()
     context = tuple(zip(names, (_context_value(value) for value in signature.context)))
     static = signature.static_args
     parts = (
         environment(),
-        function_digest(fun),
+        function_digest(fun) if function is None else function,
         options_digest(options),
         value_digest(tree_structure(signature.treedef.to_jax()), "takes a tree holding"),
         tuple(_leaf(view) for view in signature.leaf_keys()),
@@ -190,17 +211,10 @@ def call_key(fun, options: dict, signature) -> str:
     return hashlib.sha256(repr(parts).encode()).hexdigest()
 
 
-def _nodes(treedef):
-    """(node type, node data) of every node of a jax tree structure, in
-    pre-order; leaves are left out."""
-    if treedef.num_nodes == 1 and treedef.num_leaves == 1:
-        return
-    yield treedef.node_data()
-    for child in treedef.children():
-        yield from _nodes(child)
+_nodes = identity.tree_nodes  # (node type, node data) of every node
 
 
-def _methods(node_types) -> tuple:
+def class_functions(node_types) -> tuple:
     """The functions defined in the bodies of the user classes among
     ``node_types`` (a Module's ``__call__``): the trace runs them, and the
     class's source file alone does not describe the globals they read."""
@@ -247,6 +261,16 @@ def filter_call_objects(signature) -> list:
     return objects
 
 
+def jit_call_objects(signature) -> list:
+    """The node data of a jit call's argument tree, item by item, in
+    pre-order: the objects at places its structure fixes (the key describes
+    each by content), which a stored output tree names by place."""
+    objects = []
+    for _, data in _nodes(signature.treedef.to_jax()):
+        objects.extend(data if type(data) is tuple else (data,))
+    return objects
+
+
 def filter_call_key(options: dict, signature) -> str:
     """The store key (hex) of a filter_jit call with this CallSignature;
     ``options``: equinox's version, filter_jit's jit options, and the
@@ -271,7 +295,7 @@ def filter_call_key(options: dict, signature) -> str:
         options_digest({name: value for name, value in options.items() if name != "constants"}),
         value_digest(fun_leaves, "is, or holds,"),
         value_digest(tree_structure(fun_treedef), "is a tree holding"),
-        value_digest(_methods(node_types), "calls a method that"),
+        value_digest(class_functions(node_types), "calls a method that"),
         value_digest(tree_structure(args_treedef), "takes a tree holding"),
         tuple(_leaf(view) for view in signature.leaf_keys()),
         value_digest(parts["leaves"], "takes as static argument"),
@@ -363,7 +387,7 @@ def _lowering_param(value):
     return (type(value).__qualname__, text)
 
 
-def nnx_call_key(fun, options: dict, signature, static_args, node_types) -> str:
+def nnx_call_key(fun, options: dict, signature, static_args, node_types, function=None) -> str:
     """The store key (hex) of an nnx.jit call of ``fun``: its CallSignature
     over flax's split of the arguments (every GraphDef in its tree, by
     content: node and Variable types, static attributes, Variable metadata);
@@ -375,10 +399,10 @@ def nnx_call_key(fun, options: dict, signature, static_args, node_types) -> str:
     described = (
         "nnx.jit",
         environment(),
-        function_digest(fun),
+        function_digest(fun) if function is None else function,
         options_digest(options),
         value_digest(tree_structure(signature.treedef.to_jax()), "takes a graph holding"),
-        value_digest(_methods(node_types), "calls a method that"),
+        value_digest(class_functions(node_types), "calls a method that"),
         tuple(_leaf(view) for view in signature.leaf_keys()),
         value_digest(tuple(static_args), "takes as static argument"),
         context,

@@ -35,7 +35,7 @@ import warnings
 import jax
 from jax.experimental import serialize_executable
 
-from fastdispatch import _jax
+from fastdispatch import _jax, _reasons
 
 MAGIC = b"fastdispatch-warm-1\n"
 SUFFIX = ".jit"
@@ -71,6 +71,9 @@ class Store:
         )
         self.preloader = None  # warm/preload.py's, where warm start loads in the background
         self.not_stored = {}  # function name -> why its calls are not stored
+        self.reasons = {}  # function name -> that reason, as data (fastdispatch._reasons)
+        # How jax's own persistent cache stands under this store (warm/jax_cache.py).
+        self.jax_cache = {"directory": None, "owner": None, "settings": {}}
 
     def path(self, key: str) -> str:
         return os.path.join(self.directory, key + SUFFIX)
@@ -81,12 +84,14 @@ class Store:
             if tally is not None:
                 tally[name] = tally.get(name, 0) + n
 
-    def refuse(self, fun, reason: str):
+    def refuse(self, fun, reason: str, detail: str):
         """Record why ``fun``'s calls are not stored (for warm_start_stats):
-        "not stored: <name> <reason>"."""
+        ``reason``, one of fastdispatch._reasons' WARM_ constants, and
+        "not stored: <name> <detail>"."""
         name = function_name(fun)
         with self._lock:
-            self.not_stored[name] = f"not stored: {name} {reason}"
+            self.not_stored[name] = f"not stored: {name} {detail}"
+            self.reasons[name] = reason
 
     # -- reading ---------------------------------------------------------------
 
@@ -208,7 +213,11 @@ class Store:
             # Host callbacks (jax.debug.print, io_callback) hold Python
             # functions that do not pickle.
             self._count("not_written", tally=tally)
-            self.refuse(fun, f"has an executable that does not serialize ({type(error).__name__}: {error})")
+            self.refuse(
+                fun,
+                _reasons.WARM_NOT_SERIALIZABLE,
+                f"has an executable that does not serialize ({type(error).__name__}: {error})",
+            )
             return
         data = MAGIC + _HEADER.pack(len(payload), hashlib.sha256(payload).digest()) + payload
         try:

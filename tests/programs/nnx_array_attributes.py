@@ -52,7 +52,7 @@ def main():
         x = (rng.normal(size=(16, 8)) + 0.5).astype(np.float32)
         y = x @ w_true
         loss = train_step(model, optimizer, x, y)
-        if (step + 1) % 100 == 0:
+        if step == 0 or (step + 1) % 100 == 0:
             out = forward(model, x)
             print(f"step {step + 1} loss {float(loss):.6f} out mean {float(out.mean()):.6f}")
 

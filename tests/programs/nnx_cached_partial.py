@@ -50,7 +50,7 @@ def main():
         x = rng.normal(size=(32, 16)).astype(np.float32)
         y = np.tanh(x @ w_true)
         loss = train_step_cached(x, y)
-        if (step + 1) % 100 == 0:
+        if step == 0 or (step + 1) % 100 == 0:
             print(f"step {step + 1} mean loss {float(metrics.compute()['loss']):.6f}")
             metrics.reset()
 

@@ -67,7 +67,7 @@ def main():
             y = np.tanh(x @ w_true)
             x, y = jax.device_put((x, y), data_sharding)
             loss = train_step(model, optimizer, x, y)
-            if (step + 1) % 100 == 0:
+            if step == 0 or (step + 1) % 100 == 0:
                 print(f"step {step + 1} loss {float(loss):.6f}")
 
     print(f"loss {float(loss):.6f}")

@@ -73,7 +73,7 @@ def main():
         y = np.cos(x).sum(axis=1, keepdims=True)
         model.train()
         loss = train_step(model, optimizer, x, y)
-        if (step + 1) % 100 == 0:
+        if step == 0 or (step + 1) % 100 == 0:
             model.eval()
             test_loss = eval_step(model, x_test, y_test)
             print(f"step {step + 1} loss {float(loss):.6f} test loss {float(test_loss):.6f}")

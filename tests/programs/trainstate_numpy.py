@@ -69,7 +69,7 @@ def main():
     for step in range(args.steps):
         x, y = next(data)
         state, loss = train_step(state, x, y)
-        if (step + 1) % 100 == 0:
+        if step == 0 or (step + 1) % 100 == 0:
             accuracy = eval_step(state, x_test, y_test)
             print(f"step {step + 1} loss {float(loss):.6f} test accuracy {float(accuracy):.4f}")
 

@@ -1,0 +1,235 @@
+"""Whole programs rerun with their caches warm: ``bench --programs --warm-start``.
+
+What a user who reruns a program compares: each program of tests/programs
+(programs.py) rerun whole, in fresh processes, three ways:
+
+    jax cache   stock python, jax's persistent compilation cache warm (a)
+    fd warm     python -m fastdispatch --warm-start STORE, the store warm (b)
+                (jax's own cache on underneath it, as warm start sets it up)
+    no cache    stock python, no cache (context)
+
+Both caches are filled by one untimed run each first; then the modes run in
+turns, the order alternating, a few repeats.  Two numbers per run:
+
+* the whole-process wall time (imports, start-up, compiles, the loop);
+* the time to the first step's result: when the program's ``step 1`` line
+  reaches its stdout (the programs print one right after their first step's
+  result, as flax's examples print at step 0), else its first line.
+
+Medians over the repeats; b/a for both (targets: wall <= 1.0, first step
+<= 0.35 where the step can be described).  One more untimed warm run prints
+warm start's summary at its exit: the store's counts and reasons, for the notes.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+from .cold_start import clean_environment, jax_cache_environment, warm_start_argv
+from .programs import aligned, find_programs, programs_dir, selected
+
+# (repeats, steps): full and --quick.
+FULL = (3, 200)
+QUICK = (1, 100)
+MODES = ("jax cache", "fd warm", "no cache")
+TIMEOUT_S = 900
+_FIRST_STEP = re.compile(r"^step 1\b")
+
+
+def run_timed(argv: list[str], cwd: str, env: dict, label: str) -> dict:
+    """One whole-process run: ``wall_s``, ``first_s`` (the ``step 1`` line, or
+    the first line, reached stdout; None if it printed nothing), ``stdout``,
+    ``stderr`` and ``error`` (None, or why the run failed)."""
+    env = dict(env, PYTHONUNBUFFERED="1")  # each line as printed, so that it can be timed
+    first_line = first_step = None
+    lines = []
+    # stderr to a file: a pipe left unread while stdout is read could fill and stall the program.
+    with tempfile.TemporaryFile("w+") as errors:
+        start = time.perf_counter()
+        proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=errors, text=True)
+        try:
+            for line in proc.stdout:
+                now = time.perf_counter() - start
+                first_line = now if first_line is None else first_line
+                if first_step is None and _FIRST_STEP.match(line):
+                    first_step = now
+                lines.append(line)
+            proc.wait(timeout=TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            return {"wall_s": time.perf_counter() - start, "error": f"{label} timed out", "stdout": ""}
+        wall = time.perf_counter() - start
+        errors.seek(0)
+        stderr = errors.read()
+    error = None
+    if proc.returncode != 0:
+        last = (stderr.strip().splitlines() or ["(no stderr)"])[-1]
+        error = f"{label} exited {proc.returncode}: {last}"
+    return {
+        "wall_s": wall,
+        "first_s": first_step if first_step is not None else first_line,
+        "stdout": "".join(lines),
+        "stderr": stderr,
+        "error": error,
+    }
+
+
+def bench_program(name: str, directory: str, repeats: int, steps: int) -> dict:
+    """One program's row: samples per mode, then their medians and ratios."""
+    path = os.path.join(directory, name + ".py")
+    cwd = os.path.dirname(os.path.dirname(directory))
+    args = [path, "--steps", str(steps)]
+    samples = {mode: [] for mode in MODES}
+    with tempfile.TemporaryDirectory(prefix="fd-programs-warm-") as scratch:
+        store = os.path.join(scratch, "store")
+        launchers = {
+            "jax cache": ([sys.executable], jax_cache_environment(os.path.join(scratch, "jax-cache"))),
+            "fd warm": (warm_start_argv(store), clean_environment()),
+            "no cache": ([sys.executable], clean_environment()),
+        }
+        for mode in ("jax cache", "fd warm"):  # fill both caches, untimed
+            launcher, env = launchers[mode]
+            run = run_timed([*launcher, *args], cwd, env, f"{name}, filling for {mode}")
+            if run["error"]:
+                return {"program": name, "error": run["error"], "samples": samples}
+        stdout = {}
+        for r in range(repeats):
+            order = MODES if r % 2 == 0 else MODES[::-1]
+            for mode in order:
+                launcher, env = launchers[mode]
+                run = run_timed([*launcher, *args], cwd, env, f"{name}, {mode}")
+                if run["error"]:
+                    return {"program": name, "error": run["error"], "samples": samples}
+                samples[mode].append({"wall_s": run["wall_s"], "first_s": run["first_s"]})
+                stdout.setdefault(mode, run["stdout"])
+        env = report_environment(scratch)
+        reported = run_timed([*warm_start_argv(store), *args], cwd, env, f"{name}, report")
+    return summarize(name, samples, stdout, store_lines(reported.get("stderr", "")))
+
+
+# Prints warm start's summary (the --trace report's last part) when a run
+# ends, without --trace: --trace observes jax by hooks whose functions some
+# programs' objects hold (a Linear's dot_general), so its keys are another run's.
+_SITECUSTOMIZE = """import atexit, sys
+
+
+def _summary():
+    warm = sys.modules.get("fastdispatch.warm")
+    if warm is not None:
+        sys.stderr.write(warm.summary())
+
+
+atexit.register(_summary)
+"""
+
+
+def report_environment(scratch: str) -> dict:
+    """The clean environment, with a sitecustomize that prints warm start's
+    summary to stderr at exit."""
+    site = os.path.join(scratch, "site")
+    os.makedirs(site, exist_ok=True)
+    with open(os.path.join(site, "sitecustomize.py"), "w") as f:
+        f.write(_SITECUSTOMIZE)
+    env = clean_environment()
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [site, env.get("PYTHONPATH")]))
+    return env
+
+
+def store_lines(stderr: str) -> list[str]:
+    """The warm-start summary of a --trace report: its counts line, then its
+    per-function and reason lines."""
+    lines = stderr.splitlines()
+    for i, line in enumerate(lines):
+        if line.startswith("warm start ("):
+            found = [line.partition("): ")[2]]
+            found += [item.strip() for item in lines[i + 1 :] if item.startswith("  ")]
+            return found
+    return ["no warm start summary"]
+
+
+def summarize(name: str, samples: dict, stdout: dict, store: list[str]) -> dict:
+    wall = {mode: statistics.median(s["wall_s"] for s in samples[mode]) for mode in MODES}
+    firsts = {mode: [s["first_s"] for s in samples[mode] if s["first_s"] is not None] for mode in MODES}
+    first = {mode: statistics.median(values) if values else None for mode, values in firsts.items()}
+    first_ratio = None
+    if first["fd warm"] is not None and first["jax cache"]:
+        first_ratio = first["fd warm"] / first["jax cache"]
+    return {
+        "program": name,
+        "error": None,
+        "samples": samples,
+        "wall_s": wall,
+        "first_s": first,
+        "wall_ratio": wall["fd warm"] / wall["jax cache"],
+        "first_ratio": first_ratio,
+        "same_output": len(set(stdout.values())) == 1,
+        "store": store,
+    }
+
+
+def format_table(rows: list[dict], repeats: int, steps: int) -> str:
+    head = ["program", *(f"{mode} s" for mode in MODES), "b/a wall"]
+    head += [f"{mode} first s" for mode in MODES] + ["b/a first"]
+    cells, notes = [], []
+    for row in rows:
+        if row["error"]:
+            cells.append([row["program"]] + ["-"] * (len(head) - 1))
+            notes.append(f"{row['program']}: {row['error']}")
+            continue
+        firsts = [row["first_s"][mode] for mode in MODES]
+        cells.append(
+            [
+                row["program"],
+                *(f"{row['wall_s'][mode]:.2f}" for mode in MODES),
+                f"{row['wall_ratio']:.2f}",
+                *("-" if value is None else f"{value:.2f}" for value in firsts),
+                "-" if row["first_ratio"] is None else f"{row['first_ratio']:.2f}",
+            ]
+        )
+        notes.append(f"{row['program']}: store {row['store'][0]}")
+        notes += [f"    {line}" for line in row["store"][1:]]
+        if not row["same_output"]:
+            notes.append(f"{row['program']}: stdout differs between the modes")
+    lines = aligned(head, cells)
+    lines.append(
+        f"a: stock, jax's persistent cache warm; b: python -m fastdispatch --warm-start, store warm; "
+        f"whole processes at --steps {steps}, median of {repeats}, modes alternating; first: the "
+        "program's `step 1` line (else its first line) on stdout; targets b/a wall <= 1.0, first <= 0.35"
+    )
+    lines += [f"  {note}" for note in notes]
+    return "\n".join(lines)
+
+
+def main(quick: bool, only: str | None, json_path: str | None, header: str) -> int:
+    """Runs the programs (``only``: some of them) and prints the table; 2 when
+    the programs are not here."""
+    directory = programs_dir()
+    if directory is None:
+        print("bench --programs --warm-start: no tests/programs (run from a checkout)", file=sys.stderr)
+        return 2
+    names = selected(find_programs(directory), only, "--programs")
+    if names is None:
+        return 2
+    repeats, steps = QUICK if quick else FULL
+    print(header, flush=True)
+    print(f"programs from {directory}", flush=True)
+    rows = []
+    for name in names:
+        print(f"  running {name} ...", file=sys.stderr, flush=True)
+        rows.append(bench_program(name, directory, repeats, steps))
+    print("\nprograms rerun with warm caches: jax's persistent cache against warm start")
+    print(format_table(rows, repeats, steps))
+    if json_path:
+        from .report import write_json
+
+        meta = {"command": header, "repeats": repeats, "steps": steps, "directory": directory}
+        write_json(json_path, {"metadata": meta, "programs_warm": rows})
+        print(f"\nJSON written to {json_path}")
+    return 1 if any(row["error"] for row in rows) else 0
