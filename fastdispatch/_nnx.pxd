@@ -55,14 +55,20 @@ cdef class Record(Outputs):
     cdef readonly tuple statics    # (position, value) of each static argument
     cdef readonly tuple guards     # Guard: the graph is the recorded one
     cdef readonly tuple slots      # per root leaf, in order: a Variable, or (owner, attribute)
+    # The executable of the graph's leaves as the last call gave them ...
     cdef CacheEntry entry          # the executable of this structure
     cdef CallSignature signature   # the recorded leaves: the identity guard of the inputs
     cdef TreeDef out_treedef       # the structure of what the function returns
+    # ... and of the other shapes calls on the same graph gave (a decode loop's
+    # growing prompt): CallSignature -> (CacheEntry, out TreeDef), oldest first
+    cdef dict shapes
     cdef readonly Py_ssize_t num_slots
 
     cdef bint matches(self, tuple args, dict kwargs) except -1
     cdef list gather(self, tuple args, dict kwargs)
     cdef int write(self, list outputs) except -1
+    cdef bint switch_to(self, CallSignature signature) except -1
+    cdef int add_shape(self, CallSignature signature, CacheEntry entry, TreeDef out_treedef) except -1
 
 
 cdef class NnxJitFunction(Engine):

@@ -104,17 +104,18 @@ def metadata(variable):
     return _slot_read(_metadata, _get_metadata, variable)
 
 
-def signature_of(TreeDef treedef, list leaves):
-    """The CallSignature of a split call's dynamic leaves, under jax's context now."""
-    signature = _signature_of(treedef, leaves, trace_context())
+def signature_of(TreeDef treedef, list leaves, front=None):
+    """The CallSignature of a split call's dynamic leaves, under jax's context
+    now; ``front`` names its leaves for reports (see CallSignature.front)."""
+    signature = _signature_of(treedef, leaves, trace_context(), front)
     if signature is None:
         raise TypeError("a leaf the dispatcher does not key")
     return signature
 
 
-cdef CallSignature _signature_of(TreeDef treedef, list leaves, tuple context):
+cdef CallSignature _signature_of(TreeDef treedef, list leaves, tuple context, object front):
     cdef LeafKind refused = LEAF_ARRAY
-    return make_signature(treedef, leaves, (), context, (), &refused)
+    return make_signature(treedef, leaves, (), context, (), &refused, front)
 
 
 cdef inline object _slot_read(object descriptor, descrgetfunc get, object owner):
@@ -258,6 +259,13 @@ cdef inline object _argument(object position, tuple args, dict kwargs):
     return <object>PyDict_GetItem(kwargs, position)
 
 
+# The most records kept per function: train and eval states of one model, say;
+# and the most shapes one record runs (a decode loop's prompt lengths).
+cdef enum:
+    MAX_RECORDS = 4
+    MAX_SHAPES = 128
+
+
 cdef class Record(Outputs):
     """A graph state a call left behind, proved again by its guards, and how
     calls on it reach their executable and write back: the Outputs of its
@@ -269,8 +277,35 @@ cdef class Record(Outputs):
         # The graph: how calls on it are laid out, proved, read and written.
         self.nargs, self.kwnames, self.inputs, self.statics = nargs, kwnames, inputs, statics
         self.guards, self.slots, self.num_slots = guards, slots, len(slots)
-        # The executable this record runs on it.
+        # The executable this record runs on it, and those of its other shapes.
         self.entry, self.signature, self.out_treedef = entry, signature, out_treedef
+        self.shapes = {}
+
+    cdef bint switch_to(self, CallSignature signature) except -1:
+        """Make the executable of another shape (``signature``) of this graph
+        the current one, when one is known and kept; whether it is."""
+        found = self.shapes.pop(signature, None)
+        if found is None:
+            return False
+        cdef CacheEntry entry = <CacheEntry>(<tuple>found)[0]
+        if entry.evicted:
+            return False
+        self.add_shape(signature, entry, <TreeDef>(<tuple>found)[1])
+        return True
+
+    cdef int add_shape(self, CallSignature signature, CacheEntry entry, TreeDef out_treedef) except -1:
+        """Make ``entry`` (the executable of ``signature`` on this graph) the
+        current one, the current one one of the other shapes."""
+        if not self.entry.evicted and not (self.signature == signature):
+            self.shapes[self.signature] = (self.entry, self.out_treedef)
+            if len(self.shapes) > MAX_SHAPES:
+                del self.shapes[next(iter(self.shapes))]
+        self.entry, self.signature, self.out_treedef = entry, signature, out_treedef
+        return 0
+
+    def shape_count(self):
+        """How many shapes of this graph the record runs (the current one included)."""
+        return 1 + len(self.shapes)
 
     cdef bint matches(self, tuple args, dict kwargs) except -1:
         """The call's layout, roots and static arguments are the recorded ones,
@@ -365,11 +400,6 @@ cdef tuple _arguments_key(tuple args, dict kwargs):
     return tuple(key)
 
 
-# The most records kept per function: train and eval states of one model, say.
-cdef enum:
-    MAX_RECORDS = 4
-
-
 cdef class NnxJitFunction(Engine):
     """What ``fastdispatch.nnx.jit`` returns: flax's nnx.jit, called through the
     fast path when the call's graph is one a record proves."""
@@ -422,10 +452,15 @@ cdef class NnxJitFunction(Engine):
                     PySequence_Fast_ITEMS(inputs), PyList_GET_SIZE(inputs))):
                 # Equal avals, other objects (values another executable made):
                 # the same executable; its own objects guard the next call.
-                signature = _signature_of(record.signature.treedef, inputs, context)
-                if signature is None or not (signature == record.signature):
+                signature = _signature_of(record.signature.treedef, inputs, context,
+                                          record.signature.front)
+                if signature is None:
                     continue
-                record.signature = signature
+                if signature == record.signature:
+                    signature.accept_shardings_of(record.signature)
+                    record.signature = signature
+                elif not record.switch_to(signature) and not signature.runs_as(record.signature):
+                    continue   # a shape of this graph no executable runs yet
             if i:
                 self.records = (record,) + records[:i] + records[i + 1:]
             return self.run(call, record.entry, record, inputs, times)
@@ -473,6 +508,11 @@ cdef class NnxJitFunction(Engine):
                 compiled = True
             if entry.executable is None:
                 refusal = entry.slow_reason
+            elif holding is not None and graph.guards is holding.guards:
+                # The graph of a record, in another shape: one more it runs.
+                holding.add_shape(graph.signature, entry, graph.out_treedef)
+                record = holding
+                self.refused, self.refusal_repeated = None, False
             else:
                 record = self._add_record(graph, entry)
         if record is None:

@@ -32,6 +32,10 @@ cdef struct LeafKey:
     LeafKind kind
     PyObject* aval          # ARRAY: its aval; KEY: its physical array's aval
     PyObject* sharding      # ARRAY, KEY: the sharding object
+    # KEY: a second physical sharding object, equivalent to `sharding`, that
+    # the identity guard accepts too (jax's executables give a key's physical
+    # array P() and P(None,) on alternate calls; NULL until one is seen)
+    PyObject* other_sharding
     bint committed          # ARRAY, KEY: placed on its devices explicitly
     PyObject* impl          # KEY: the PRNG implementation
     PyObject* py_type       # SCALAR, HOST: type(leaf) (a scalar's aval follows from it and x64)
@@ -66,6 +70,13 @@ cdef class CallSignature:
     cdef bint matches_leaf(self, object leaf, Py_ssize_t i)
     # jax's context at a call is this signature's.
     cdef bint same_context(self, tuple context) except -1
+    # Let the identity guard accept, for each key leaf, the physical sharding
+    # object of `earlier` (an equal signature) as well as its own.
+    cdef int accept_shardings_of(self, CallSignature earlier) except -1
+    # The executable of `other` runs calls of this signature as jax would:
+    # equal, but for arrays whose avals differ only by an empty abstract mesh
+    # on one side (made outside jit, under jax.set_mesh), placed alike
+    cpdef bint runs_as(self, CallSignature other) except -1
 
 
 # The signature of a call, or None when some leaf cannot be keyed: then

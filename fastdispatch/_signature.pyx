@@ -107,6 +107,16 @@ cdef class _ArrayField:
         Py_DECREF(value)
         return same
 
+    cdef inline bint holds_either(self, object array, PyObject* expected, PyObject* other):
+        """``getattr(array, name)`` is ``expected`` or ``other`` (which may be NULL)."""
+        cdef PyObject* value = self.get(<PyObject*>self.descriptor, <PyObject*>array, NULL)
+        if value == NULL:
+            PyErr_Clear()
+            return False
+        cdef bint same = value == expected or (other != NULL and value == other)
+        Py_DECREF(value)
+        return same
+
 
 cdef _ArrayField _AVAL_FIELD = _ArrayField(_jax.array_descriptor("aval"))
 cdef _ArrayField _SHARDING_FIELD = _ArrayField(_jax.array_descriptor(_jax.SHARDING_ATTR))
@@ -150,7 +160,7 @@ cdef object _FALSE = False
 cdef inline bint _placed_as(object array, LeafKey* key):
     """An ArrayImpl holds the key's very aval, sharding and committed flag."""
     return (_AVAL_FIELD.holds(array, key.aval)
-            and _SHARDING_FIELD.holds(array, key.sharding)
+            and _SHARDING_FIELD.holds_either(array, key.sharding, key.other_sharding)
             and _COMMITTED_FIELD.holds(array, <PyObject*>_TRUE if key.committed
                                        else <PyObject*>_FALSE))
 
@@ -204,9 +214,33 @@ cdef inline bint _same_field(PyObject* a, PyObject* b) except -1:
 
 cdef bint _same_key(LeafKey* a, LeafKey* b) except -1:
     return (a.kind == b.kind and a.committed == b.committed
-            and _same_field(a.aval, b.aval) and _same_field(a.sharding, b.sharding)
+            and _same_field(a.aval, b.aval) and _same_placement(a, b)
             and _same_field(a.impl, b.impl) and _same_field(a.py_type, b.py_type)
             and _same_field(a.dtype, b.dtype) and _same_field(a.shape, b.shape))
+
+
+cdef bint _same_but_abstract_mesh(object a, object b) except -1:
+    """Two avals alike but for their shardings' abstract meshes, one of them empty."""
+    try:
+        return (a.shape == b.shape and a.dtype == b.dtype and a.weak_type == b.weak_type
+                and a.memory_space == b.memory_space and a.sharding.spec == b.sharding.spec
+                and (a.sharding.mesh.empty or b.sharding.mesh.empty))
+    except AttributeError:
+        return False
+
+
+cdef inline bint _same_placement(LeafKey* a, LeafKey* b) except -1:
+    """Equal shardings; for keys, equivalent physical shardings: jax keys a
+    typed key on its logical sharding, which P() and P(None,) on its physical
+    array both give (its executables hand back either, on alternate calls)."""
+    if _same_field(a.sharding, b.sharding):
+        return True
+    if a.kind != LEAF_KEY or a.sharding == NULL or b.sharding == NULL:
+        return False
+    try:
+        return (<object>a.sharding).is_equivalent_to(<object>b.sharding, len((<object>a.aval).shape))
+    except Exception:
+        return False
 
 
 cdef inline Py_uhash_t _key_hash(Py_uhash_t h, LeafKey* key) except? 0:
@@ -248,6 +282,7 @@ cdef object _view(LeafKey* key):
 cdef void _release_key(LeafKey* key):
     Py_XDECREF(key.aval)
     Py_XDECREF(key.sharding)
+    Py_XDECREF(key.other_sharding)
     Py_XDECREF(key.impl)
     Py_XDECREF(key.py_type)
     Py_XDECREF(key.dtype)
@@ -331,6 +366,42 @@ cdef class CallSignature:
 
     cdef bint matches_leaf(self, object leaf, Py_ssize_t i):
         return 0 <= i < self.num_leaves and _leaf_matches(leaf, &self.keys[i])
+
+    cpdef bint runs_as(self, CallSignature other) except -1:
+        """Whether ``other``'s executable runs calls of this signature as jax
+        runs them: jax keys an array on its shape, dtype, weak type and
+        sharding, not on its aval's abstract mesh, which is empty for an
+        array made outside jit under jax.set_mesh and the mesh's for one an
+        executable returned."""
+        cdef Py_ssize_t i
+        cdef LeafKey* a
+        cdef LeafKey* b
+        if self is other:
+            return True
+        if (self.num_leaves != other.num_leaves or not self.treedef.same_as(other.treedef)
+                or not _same_tuple(self.context, other.context) or self.static_args != other.static_args):
+            return False
+        for i in range(self.num_leaves):
+            a, b = &self.keys[i], &other.keys[i]
+            if _same_key(a, b):
+                continue
+            if not (a.kind == b.kind == LEAF_ARRAY and a.committed == b.committed
+                    and _same_placement(a, b) and _same_but_abstract_mesh(<object>a.aval, <object>b.aval)):
+                return False
+        return True
+
+    cdef int accept_shardings_of(self, CallSignature earlier) except -1:
+        cdef Py_ssize_t i
+        cdef LeafKey* key
+        cdef PyObject* sharding
+        for i in range(min(self.num_leaves, earlier.num_leaves)):
+            key = &self.keys[i]
+            sharding = earlier.keys[i].sharding
+            if key.kind != LEAF_KEY or sharding == NULL or sharding == key.sharding:
+                continue
+            Py_XDECREF(key.other_sharding)
+            key.other_sharding = _owned(<object>sharding)
+        return 0
 
     def leaf_paths(self):
         """Each keyed leaf's path (a tuple of jax key entries), in key order."""

@@ -38,6 +38,7 @@ tests/unit/test_nnx.py:
 from __future__ import annotations
 
 import functools
+import inspect
 import time
 import warnings
 from typing import NamedTuple
@@ -392,8 +393,8 @@ def _graph(function, args, kwargs, before, seconds, holding, compiled=None, outp
         inputs.sort(key=lambda item: positions.index(item.position))
         slots = tuple(slot for _, each in root_slots for slot in each)
 
-    signature = _nnx.signature_of(treedef, leaves)
-    if signature != _nnx.signature_of(treedef, leaves_before):
+    signature = _nnx.signature_of(treedef, leaves, _Paths.of(function, args, kwargs, treedef, statics))
+    if not _nnx.signature_of(treedef, leaves_before).runs_as(signature):
         raise NotFast(_reasons.CALL_CHANGED_SHAPES)
     out_leaves, out_treedef = _pytree.flatten(outputs[2])
     if len(slots) + len(out_leaves) != compiled.out_tree.num_leaves:
@@ -419,6 +420,69 @@ def _graph(function, args, kwargs, before, seconds, holding, compiled=None, outp
         donates,
         seconds,
     )
+
+
+class _Paths:
+    """Names nnx.jit's keyed leaves for --trace's reports (CallSignature.front):
+    a graph argument's leaf by its parameter and the attribute path flax's
+    graph gives it (``model.blocks[0].dropout.rngs.key``), not by flax's split
+    (``self.states[0][5]``); another argument's by its own tree path."""
+
+    def __init__(self, paths):
+        self.paths = paths
+
+    @classmethod
+    def of(cls, function, args, kwargs, treedef, statics):
+        """The paths of a call's dynamic leaves, in the split's order (None
+        where the split is laid out unlike what is read here)."""
+        try:
+            return cls._of(function, args, kwargs, treedef, statics)
+        except (AttributeError, IndexError, KeyError, TypeError):
+            return None
+
+    @classmethod
+    def _of(cls, function, args, kwargs, treedef, statics):
+        names = _parameter_names(function.flax_function.fun)
+        positions = [i for i in range(len(args)) if i not in statics]
+        ref_index = _graphlib.RefMap()
+        flax_paths = {}  # (args or kwargs, index) -> a graph argument's leaf paths, in flax's order
+        paths, counts = [], {}
+        for path in treedef.leaf_paths():
+            where = (path[0].idx, getattr(path[1], "idx", getattr(path[1], "key", None)))
+            if where[0] == 0:
+                position = positions[where[1]]
+                name = names[position] if position < len(names) else f"args[{position}]"
+                argument = args[position]
+            else:
+                name, argument = where[1], kwargs.get(where[1])
+            if not _graphlib.is_graph_node(argument):
+                paths.append((name,) + tuple(path[2:]))
+                continue
+            if where not in flax_paths:
+                _, flat = _graphlib.flatten(argument, with_paths=True, ref_index=ref_index, graph=True)
+                flax_paths[where] = list(flat.paths)
+            index = counts[where] = counts.get(where, -1) + 1
+            if index >= len(flax_paths[where]):
+                return None
+            paths.append((name,) + tuple(_attribute_key(key) for key in flax_paths[where][index]))
+        return cls(tuple(paths))
+
+    def leaf_paths(self, signature):
+        return self.paths
+
+    def static_items(self, signature):
+        return []
+
+
+def _attribute_key(key):
+    return jax.tree_util.SequenceKey(key) if type(key) is int else jax.tree_util.GetAttrKey(str(key))
+
+
+def _parameter_names(fun):
+    try:
+        return tuple(inspect.signature(fun).parameters)
+    except (TypeError, ValueError):
+        return ()
 
 
 def _plain_input(position, args, kwargs):

@@ -40,12 +40,13 @@ class ArgumentLeaf:
     placement: str = ""  # the sharding of a committed array or key
     numpy: bool = False  # a numpy value (jax.jit converts it)
     python: str = ""  # the type of a Python scalar: "int", "float"
+    sharding: object = dataclasses.field(default=None, compare=False)  # the sharding object itself
 
     @property
     def text(self) -> str:
+        """``i32[1,64]``: the aval, weak type and numpy-ness; a sharding is
+        shown only where it changed (placement_change)."""
         text = self.aval + ("{weak}" if self.weak_type else "")
-        if self.placement:
-            text += f"@{self.placement}"
         return text + (" (numpy)" if self.numpy else "")
 
 
@@ -96,8 +97,11 @@ def describe(signature, arg_names=None) -> Description:
     for path, key in zip(signature.leaf_paths(), signature.leaf_keys()):
         aval, weak_type, placement, numpy, python = _leaf_aval(key, x64)
         argument, rest = argument_of(path, names)
+        sharding = key.sharding if placement else None
         args.append(
-            ArgumentLeaf(path, argument, argument + keystr(rest), aval, weak_type, placement, numpy, python)
+            ArgumentLeaf(
+                path, argument, argument + keystr(rest), aval, weak_type, placement, numpy, python, sharding
+            )
         )
     # A front end labels its static leaves by path (filter_jit): named here.
     items = [
@@ -184,19 +188,25 @@ def explain_change(old: Description, new: Description) -> list[str]:
         earlier = before.get(leaf.path)
         if earlier is None:
             continue
+        placed = placement_change(earlier, leaf)
         if earlier.text == leaf.text:
-            if earlier.python != leaf.python:
+            if placed:
+                changes.append(f"{leaf.label}: {leaf.text}, {placed}")
+            elif earlier.python != leaf.python:
                 was, now = (_source(earlier), _source(leaf))
                 changes.append(f"{leaf.label}: {was} -> {now} ({leaf.text})")
             continue
-        if dataclasses.replace(earlier, weak_type=leaf.weak_type, python=leaf.python) == leaf:
-            changes.append(f"{leaf.label}: weak_type changed ({earlier.text} -> {leaf.text})")
-        elif dataclasses.replace(earlier, aval=leaf.aval) == leaf and _dtype(earlier.aval) == _dtype(
+        also = f", {placed}" if placed else ""
+        same_place = dataclasses.replace(earlier, placement=leaf.placement)
+        if dataclasses.replace(same_place, weak_type=leaf.weak_type, python=leaf.python) == leaf:
+            changes.append(f"{leaf.label}: weak_type changed ({earlier.text} -> {leaf.text}){also}")
+        elif dataclasses.replace(same_place, aval=leaf.aval) == leaf and _dtype(earlier.aval) == _dtype(
             leaf.aval
         ):
-            changes.append(Change.of(f"{leaf.label}: {earlier.text} -> {leaf.text}", "shape", leaf.label))
+            kind = "" if placed else "shape"
+            changes.append(Change.of(f"{leaf.label}: {earlier.text} -> {leaf.text}{also}", kind, leaf.label))
         else:
-            changes.append(f"{leaf.label}: {earlier.text} -> {leaf.text}")
+            changes.append(f"{leaf.label}: {earlier.text} -> {leaf.text}{also}")
     for label, was, now in _changed_values(dict(old.static), dict(new.static)):
         if was is not None and now is not None and same_kind_new_object(was, now):
             name = new.params[int(label)] if label.isdigit() and int(label) < len(new.params) else label
@@ -217,6 +227,74 @@ def explain_change(old: Description, new: Description) -> list[str]:
             )
         )
     return changes
+
+
+def placement_change(was: ArgumentLeaf, now: ArgumentLeaf) -> str:
+    """What differs between two leaves' placements, and only that: ``spec P()
+    -> P(None,)``, ``mesh ('batch': 2) -> ('batch': 1, 'model': 2)``, a
+    memory kind, a commitment; empty when they are placed alike."""
+    if was.placement == now.placement or _same_key_placement(was, now):
+        return ""
+    if not was.placement:
+        return f"committed ({_sharding_text(now.sharding)})"
+    if not now.placement:
+        return "uncommitted"
+    a, b = was.sharding, now.sharding
+    parts = []
+    if isinstance(a, jax.sharding.NamedSharding) and isinstance(b, jax.sharding.NamedSharding):
+        if a.mesh != b.mesh:
+            parts.append(f"mesh {_mesh_text(a.mesh, b.mesh)} -> {_mesh_text(b.mesh, a.mesh)}")
+        if a.spec != b.spec:
+            parts.append(f"spec {a.spec} -> {b.spec}")
+        if a.memory_kind != b.memory_kind:
+            parts.append(f"memory {a.memory_kind} -> {b.memory_kind}")
+    if not parts:
+        parts.append(f"sharding {_sharding_text(a)} -> {_sharding_text(b)}")
+    return ", ".join(parts)
+
+
+def _same_key_placement(was: ArgumentLeaf, now: ArgumentLeaf) -> bool:
+    """Two keys whose physical arrays are placed alike: jax's executables
+    give a key's physical array P() and P(None,) on alternate calls, one
+    logical sharding (the dispatcher keys them as one)."""
+    a, b = was.sharding, now.sharding
+    if not (was.aval.startswith("key<") and now.aval == was.aval):
+        return False
+    if not (isinstance(a, jax.sharding.NamedSharding) and isinstance(b, jax.sharding.NamedSharding)):
+        return False
+
+    def trimmed(spec):
+        parts = list(spec)
+        while parts and parts[-1] is None:
+            parts.pop()
+        return parts
+
+    return a.mesh == b.mesh and a.memory_kind == b.memory_kind and trimmed(a.spec) == trimmed(b.spec)
+
+
+def _mesh_text(mesh, other) -> str:
+    """A mesh's axes (``('batch': 2, 'model': 1)``), with its axis types or
+    devices where only those tell it from ``other``."""
+    axes = ", ".join(f"{name!r}: {size}" for name, size in mesh.shape.items())
+    if dict(mesh.shape) == dict(getattr(other, "shape", {})):
+        types = getattr(mesh, "axis_types", None)
+        if types != getattr(other, "axis_types", None):
+            return f"({axes}; {', '.join(getattr(t, 'name', str(t)) for t in types or ())})"
+        devices = getattr(mesh, "device_ids", None)
+        if devices is not None:
+            return f"({axes}; devices {_short_repr(str(devices.flatten().tolist()), 40)})"
+    return f"({axes})"
+
+
+def _sharding_text(sharding) -> str:
+    """A sharding in a few words: a NamedSharding's spec and mesh axes, else
+    its type and short repr."""
+    if isinstance(sharding, jax.sharding.NamedSharding):
+        axes = ", ".join(f"{name!r}: {size}" for name, size in sharding.mesh.shape.items())
+        return f"{sharding.spec} on ({axes})"
+    if isinstance(sharding, jax.sharding.SingleDeviceSharding):
+        return f"on {next(iter(sharding.device_set))}"
+    return _short_repr(str(sharding), 60)
 
 
 def _dtype(aval_text: str) -> str:

@@ -138,32 +138,29 @@ def _function_findings(functions, cwd, label) -> list:
 
 
 def _new_object(s, paths, cause, site, cwd, label):
-    names = ", ".join(paths)
+    names = _names(paths)
     made = f" (made at {short(cause.made_at, cwd)})" if cause.made_at else ""
     message = (
-        f"{s.name} compiled {_more(cause.count)} because {names} held a new object of the "
-        f"same kind{made}, which jax compares by identity; make it once and reuse it (a module-level "
-        f"function instead of a lambda or bound method made in __init__), or build the object once "
-        f"outside the loop"
+        f"{s.name} compiled {_more(cause.count)}: {names} held a new object{made}, compared by identity; "
+        f"make it once, outside the loop (a module-level function, not a lambda)"
     )
     return _finding("recompile_new_object", site, cause.count, cause.ns, message, cwd, label(s))
 
 
 def _shape_churn(s, paths, cause, site, cwd, label):
-    names = ", ".join(paths)
-    latest = "; ".join(cause.shapes[-2:])
+    names = _names(paths)
+    latest = _clipped(cause.shapes[-1], 60) if cause.shapes else ""
     message = (
-        f"{s.name} compiled {_more(cause.count)} for new shapes of {names} ({latest}); "
-        f"pad {names} to a few fixed sizes (buckets, or one size with a mask) "
-        "so that it compiles once per size"
+        f"{s.name} compiled {_more(cause.count)} for new shapes ({latest}); "
+        f"pad {names} to a few fixed sizes (buckets, or one size and a mask)"
     )
     return _finding("shape_churn", site, cause.count, cause.ns, message, cwd, label(s))
 
 
 def _new_wrapper(s, cause, site, cwd, label):
     message = (
-        f"{s.name} compiled {_more(cause.count)} with an unchanged signature, each time through "
-        f"a new jit wrapper made on this line; make the jit once, outside the loop, and call that"
+        f"{s.name} compiled {_more(cause.count)}, unchanged, through a new jit wrapper made on this line; "
+        f"make the jit once, outside the loop"
     )
     return _finding("new_wrapper", site, cause.count, cause.ns, message, cwd, label(s))
 
@@ -200,24 +197,22 @@ def _site_findings(trace, label) -> list:
 
 def _transfer_message(calls, total_bytes):
     return (
-        f"numpy data converted to device arrays at every call ({_bytes(total_bytes // calls)} a call, "
-        f"{calls} calls); put it on the device once before the loop (jax.device_put), "
-        f"or slice device-resident data, instead of passing numpy arrays"
+        f"numpy data put on the device at every call ({_bytes(total_bytes // calls)} a call, {calls} calls); "
+        f"jax.device_put it once before the loop, or slice device-resident data"
     )
 
 
 def _sync_message(count, hows):
     return (
-        f"{' and '.join(sorted(set(hows)))} of a jax array waits for the device and copies to the host, "
-        f"{_times(count)}; keep values on the device (accumulate inside the jitted step) and read them "
-        f"once every N steps or at the end"
+        f"{' and '.join(sorted(set(hows)))} of a jax array waits for the device, {_times(count)}; "
+        f"keep values on the device (accumulate in the jitted step), read them every N steps"
     )
 
 
 def _eager_message(count):
     return (
         f"{count} jax operations dispatched one by one outside jit here; move them into the jitted "
-        f"function (or jit the loop body) so that they run as one executable"
+        f"function (or jit the loop body)"
     )
 
 
@@ -225,6 +220,26 @@ def _finding(kind, site, count, ns, message, cwd, function=""):
     where = short(site, cwd)
     file, _, line = where.rpartition(":")
     return Finding(kind, file, int(line), count, ns / 1e9, message, function)
+
+
+def _names(paths, limit=60):
+    """The paths a finding names, clipped: ``x, y`` or ``x, y and 3 more``."""
+    paths = list(paths)
+    text = ", ".join(paths)
+    if len(text) <= limit:
+        return text
+    shown = []
+    for path in paths:
+        if len(", ".join(shown + [path])) > limit - 12:
+            break
+        shown.append(path)
+    if not shown:
+        return _clipped(paths[0], limit - 12) + f" and {len(paths) - 1} more"
+    return ", ".join(shown) + f" and {len(paths) - len(shown)} more"
+
+
+def _clipped(text, limit):
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _more(n):

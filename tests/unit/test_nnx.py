@@ -294,3 +294,112 @@ def test_graph_attributes_read_a_graphdef_by_attribute_path():
     assert found[()] is WithActivation and found[("linear",)] is nnx.Linear
     assert found[("act",)] is jax.nn.relu
     assert not any(str(key).startswith("_pytree__") for path in found for key in path)
+
+
+# -- explicit-sharding meshes (2 CPU devices, in a subprocess) ------------------------
+
+
+class _Outcomes:
+    """A trace sink keeping each call's outcome: "hit", "compile" or its fallback."""
+
+    def __init__(self):
+        self.calls = []
+
+    def record(self, fn, times, hit, compile_ns, fallback, signature):
+        self.calls.append("hit" if hit else fallback or "compile")
+
+
+def _assert_same_arrays(ours, reference):
+    """Each leaf of two states: value, dtype, weak type, sharding, committed flag."""
+    ours_leaves, reference_leaves = jax.tree.leaves(ours), jax.tree.leaves(reference)
+    assert len(ours_leaves) == len(reference_leaves)
+    for a, b in zip(ours_leaves, reference_leaves):
+        assert type(a) is type(b)
+        assert a.dtype == b.dtype and a.shape == b.shape
+        assert a.sharding == b.sharding, (a.sharding, b.sharding)
+        assert a.committed == b.committed
+        if jax.dtypes.issubdtype(a.dtype, jax.dtypes.prng_key):
+            np.testing.assert_array_equal(jax.random.key_data(a), jax.random.key_data(b))
+        else:
+            assert a.weak_type == b.weak_type
+            np.testing.assert_array_equal(a, b)
+
+
+def _mesh_program_body():
+    """A donated train step over a model (Variables sharded by kernel_metadata,
+    Dropout rng streams, reshard inside __call__), an Optimizer and a
+    MultiMetric, interleaved with an nnx.jit method called per token with a
+    fresh prompt and a Python int: every array written back is flax's, and
+    every call after a shape's first two is a hit."""
+    import warnings
+
+    from jax.sharding import PartitionSpec as P
+
+    from fastdispatch import _engine
+
+    warnings.filterwarnings("ignore", "Some donated buffers were not usable")  # int32 prompts: as stock
+    jax.set_mesh(jax.make_mesh((2, 1), ("batch", "model")))
+
+    def program(jit):
+        class Model(nnx.Module):
+            def __init__(self, rngs):
+                self.embed = nnx.Embed(8, 4, rngs=rngs)
+                self.linear = nnx.Linear(4, 8, kernel_metadata={"out_sharding": P(None, "model")}, rngs=rngs)
+                self.dropout = nnx.Dropout(0.5, rngs=rngs)
+
+            def __call__(self, tokens):
+                x = self.dropout(self.embed(tokens, out_sharding=P(*jax.typeof(tokens).sharding.spec, None)))
+                out = self.linear(x, out_sharding=jax.typeof(x).sharding)
+                return jax.sharding.reshard(out, jax.typeof(x).sharding)
+
+            @jit(donate_argnums=(1,))
+            def next_token(self, tokens, index):
+                return jnp.argmax(self(tokens)[0, index])
+
+        @jit(donate_argnums=(0, 1, 3))
+        def train_step(model, optimizer, metrics, batch):
+            def loss_fn(model):
+                logits = model(batch[0])
+                return optax.softmax_cross_entropy_with_integer_labels(logits, batch[1]).mean()
+
+            loss, grads = nnx.value_and_grad(loss_fn)(model)
+            metrics.update(loss=loss)
+            optimizer.update(model, grads)
+
+        model = Model(nnx.Rngs(0))
+        optimizer = nnx.Optimizer(model, optax.adam(1e-2), wrt=nnx.Param)
+        metrics = nnx.MultiMetric(loss=nnx.metrics.Average("loss"))
+        return model, optimizer, metrics, train_step
+
+    ours, reference = program(fnnx.jit), program(nnx.jit)
+    sink = _Outcomes()
+    _engine.set_trace_sink(sink)
+    rng = np.random.default_rng(0)
+    for step in range(12):
+        tokens = rng.integers(0, 8, size=(4, 5)).astype(np.int32)
+        for model, optimizer, metrics, train_step in (ours, reference):
+            batch = jax.device_put((tokens, (tokens + 1) % 8), P("batch", None))
+            train_step(model, optimizer, metrics, batch)
+        _assert_same_arrays(nnx.state(ours[:3]), nnx.state(reference[:3]))
+        if step % 4 == 3:
+            for _, _, metrics, _ in (ours, reference):
+                metrics.reset()
+            results = []
+            for model, *_ in (ours, reference):
+                generated = [1]
+                for _ in range(3):
+                    generated.append(int(model.next_token(jnp.array(generated)[None, :], len(generated) - 1)))
+                results.append(generated)
+            assert results[0] == results[1]
+            _assert_same_arrays(nnx.state(ours[0]), nnx.state(reference[0]))
+    _engine.set_trace_sink(None)
+    # train_step compiles once, then hits (the metrics' fresh arrays after a
+    # reset too); next_token compiles once per prompt length, then hits.
+    assert sink.calls.count("compile") == 1 + 3, sink.calls
+    assert sink.calls.count("hit") == len(sink.calls) - 4, sink.calls
+
+
+def test_explicit_mesh_calls_are_hits_and_write_back_what_flax_does():
+    from subprocess_util import run_in_subprocess
+
+    run_in_subprocess(_mesh_program_body, n_devices=2)

@@ -244,7 +244,7 @@ def explained(old, new):
         (
             lambda: signature_of(step, X4),
             lambda: signature_of(step, jax.device_put(X4, jax.devices()[0])),
-            [f"x: f32[4] -> f32[4]@{jax.sharding.SingleDeviceSharding(jax.devices()[0])}"],
+            [f"x: f32[4], committed (on {jax.devices()[0]})"],
         ),
         (
             lambda: signature_of(with_params, {"a": X4}),
