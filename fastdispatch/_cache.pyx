@@ -190,7 +190,7 @@ cdef class CompiledFunctionCache:
         forget = partial(_forget_function, weakref.ref(self))
         try:
             hash(fun)
-        except TypeError:
+        except Exception:   # TypeError as a rule; jax's call raises what __hash__ raises
             key = (ByIdentity(fun, forget), options_key)
         else:
             try:

@@ -566,9 +566,14 @@ cdef class NnxJitFunction(Engine):
         return _partial(self, instance)
 
     def __getattr__(self, name):
-        # lower, trace, eval_shape (and the AOT objects they make) are flax's.
-        if name in ("lower", "trace", "eval_shape"):
-            return getattr(self.flax_function, name)
+        # What flax's JitWrapped offers is flax's: lower, trace, eval_shape
+        # (and the AOT objects they make), fun, jitted_fn, the shardings and
+        # static arguments.  Python's protocols (__deepcopy__, say) are not.
+        if not (name.startswith("__") and name.endswith("__")):
+            try:
+                return getattr(self.flax_function, name)
+            except AttributeError:
+                pass
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     def __repr__(self):

@@ -36,6 +36,19 @@ def test_unhashable_callable_wraps_and_its_call_raises_as_jax_does(jit):
             f(jnp.float32(1))
 
 
+def test_callable_whose_hash_raises(jit):
+    class BadHash:
+        def __call__(self, x):
+            return x + 1
+
+        def __hash__(self):
+            raise ValueError("no hash today")
+
+    f = jit(BadHash())
+    with pytest.raises(ValueError, match="^no hash today"):
+        f(jnp.float32(1))
+
+
 def test_unhashable_callable_runs_under_disable_jit(jit):
     f = jit(Unhashable())
     with jax.disable_jit():

@@ -335,6 +335,19 @@ def test_lower_and_eval_shape(nnx_jit):
     assert int(counter.count[...]) == 0  # eval_shape works on a clone
 
 
+def test_attributes_of_flax_wrapper(nnx_jit):
+    def fun(c, x):
+        return c(x)
+
+    jitted = nnx_jit(fun, static_argnums=(), donate_argnums=0)
+    assert jitted.fun is fun and jitted.__wrapped__ is fun
+    assert (jitted.in_shardings, jitted.out_shardings, jitted.static_argnums) == (None, None, ())
+    assert callable(jitted.jitted_fn)
+    with pytest.raises(AttributeError, match="no attribute 'missing'"):
+        getattr(jitted, "missing")  # noqa: B009
+    assert not hasattr(jitted, "__deepcopy__")
+
+
 # -- errors ----------------------------------------------------------------------------
 
 

@@ -10,6 +10,12 @@ import textwrap
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 PROGRAM = """\
+    import sys
+
+    # What ran before the program (the patch, fastdispatch) imported no library
+    # that could have taken jax.jit, or jitted a function, before the patch.
+    preloaded = {"equinox", "flax", "optax"} & {name.split(".")[0] for name in sys.modules}
+
     from jax import jit as J  # taken before anything else: the patch ran first
 
     import copy
@@ -45,6 +51,7 @@ PROGRAM = """\
 
 
     linear = eqx.nn.Linear(2, 2, key=jax.random.key(0))
+    check("nothing preloaded", not preloaded)
     check("routed", J is jax.jit and jax.jit is fastdispatch.jit)
     wrapper = type(jax.jit(lambda x: x))
     callables = [scale, Unhashable(), linear, linear.__call__, functools.partial(scale, factor=3.0),
@@ -88,6 +95,7 @@ PROGRAM = """\
 """
 
 EXPECTED = [
+    "nothing preloaded",
     "routed",
     "one wrapper type",
     "factory",

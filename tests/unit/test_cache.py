@@ -186,3 +186,36 @@ def test_cache_size_on_function():
     f._clear_cache()
     assert f._cache_size() == 0
     assert float(f(one() * 2, 3)) == 6.0
+
+
+def test_unhashable_functions_are_keyed_by_identity():
+    from fastdispatch._cache import ByIdentity
+
+    class Unhashable:
+        __hash__ = None
+
+        def __call__(self, x):
+            return x
+
+    forgotten = []
+    a, b = Unhashable(), Unhashable()
+    key_a = ByIdentity(a, forgotten.append)
+    assert key_a == ByIdentity(a, None) and hash(key_a) == hash(ByIdentity(a, None))
+    assert key_a != ByIdentity(b, None)
+    # Held weakly: the callback runs when the function dies, and a dead key
+    # equals itself alone.
+    del a
+    gc.collect()
+    assert len(forgotten) == 1
+    assert key_a == key_a and key_a != ByIdentity(b, None)
+
+
+def test_unhashable_function_without_weak_references_is_held():
+    from fastdispatch._cache import ByIdentity
+
+    class Slotted:
+        __slots__ = ()
+        __hash__ = None
+
+    fun = Slotted()
+    assert ByIdentity(fun, None) == ByIdentity(fun, None)
