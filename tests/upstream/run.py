@@ -286,10 +286,14 @@ def main(argv=None):
         at = argv.index("--")
         argv, pytest_args = argv[:at], argv[at + 1 :]
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], usage=__doc__.split("\n\n")[1])
-    parser.add_argument("--upstream", default=os.environ.get("FASTDISPATCH_UPSTREAM"))
-    parser.add_argument("--cache", default=default_cache())
-    parser.add_argument("--suite", action="append", choices=sorted(SUITES))
-    parser.add_argument("--ways", default=",".join(WAYS))
+    parser.add_argument(
+        "--upstream",
+        default=os.environ.get("FASTDISPATCH_UPSTREAM"),
+        help="a folder holding <library>-v<version>/ checkouts (default: $FASTDISPATCH_UPSTREAM)",
+    )
+    parser.add_argument("--cache", default=default_cache(), help="where fetched suites are kept")
+    parser.add_argument("--suite", action="append", choices=sorted(SUITES), help="(default: all)")
+    parser.add_argument("--ways", default=",".join(WAYS), help="stock first (default: %(default)s)")
     parser.add_argument(
         "--files", nargs="+", default=None, help="test files or folders, relative to the suite's folder"
     )
