@@ -82,6 +82,7 @@ WARM_LIBRARY_CALL = sys.intern("run by the library's own call")
 WARM_DONATION_WARNINGS = sys.intern("donation warnings asked for")
 WARM_UNFIT = sys.intern("a stored executable that does not fit its call")
 WARM_OUTSIDE = sys.intern("compiled by jax outside the calls warm start keys")
+WARM_FROM_JAX_CACHE = sys.intern("served by jax's persistent cache")
 
 ALL = tuple(value for name, value in sorted(globals().items()) if name.isupper() and type(value) is str)
 

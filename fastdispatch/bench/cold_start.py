@@ -13,7 +13,9 @@ processes, the modes alternating, a few repeats:
                    that writes the store: the steady-state reference)
     fd warm        python -m fastdispatch --warm-start STORE, filled earlier (b)
 
-The fastdispatch modes run without jax's cache, so that b shows the store alone.
+The fastdispatch modes set no cache of their own: warm start turns jax's
+cache on underneath its store (docs/warm-start.md), empty with an empty
+store, so that b is what a user of --warm-start gets.
 
 Per program: the first call's seconds (just before it to its result ready),
 median over the repeats; b/a (the target: at most 0.25); the mean us per

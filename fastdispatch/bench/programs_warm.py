@@ -52,19 +52,20 @@ def run_timed(argv: list[str], cwd: str, env: dict, label: str) -> dict:
     # stderr to a file: a pipe left unread while stdout is read could fill and stall the program.
     with tempfile.TemporaryFile("w+") as errors:
         start = time.perf_counter()
-        proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=errors, text=True)
-        try:
-            for line in proc.stdout:
-                now = time.perf_counter() - start
-                first_line = now if first_line is None else first_line
-                if first_step is None and _FIRST_STEP.match(line):
-                    first_step = now
-                lines.append(line)
-            proc.wait(timeout=TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-            return {"wall_s": time.perf_counter() - start, "error": f"{label} timed out", "stdout": ""}
+        launched = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=errors, text=True)
+        with launched as proc:
+            try:
+                for line in proc.stdout:
+                    now = time.perf_counter() - start
+                    first_line = now if first_line is None else first_line
+                    if first_step is None and _FIRST_STEP.match(line):
+                        first_step = now
+                    lines.append(line)
+                proc.wait(timeout=TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+                return {"wall_s": time.perf_counter() - start, "error": f"{label} timed out", "stdout": ""}
         wall = time.perf_counter() - start
         errors.seek(0)
         stderr = errors.read()

@@ -84,6 +84,7 @@ def _count_trace(event, duration, **kwargs):
 
 def _count_event(event, **kwargs):
     if event == _JAX_CACHE_HIT_EVENT:
+        _traces.jax_cache_hits = getattr(_traces, "jax_cache_hits", 0) + 1
         with _compiles.lock:
             _compiles.jax_cache_hits += 1
 
@@ -194,7 +195,13 @@ class WarmStart:
             with self.store._lock:
                 tally["load_seconds"] += time.perf_counter() - began
         else:
-            _traces.pending = (key, getattr(_traces, "count", 0), getattr(_traces, "identity", None), fun)
+            _traces.pending = (
+                key,
+                getattr(_traces, "count", 0),
+                getattr(_traces, "identity", None),
+                fun,
+                getattr(_traces, "jax_cache_hits", 0),
+            )
         return compiled
 
     def save(self, key, compiled, fun, recipe=None, traced=None, flat_inputs=False):
@@ -205,6 +212,16 @@ class WarmStart:
         GraphDefs, not data)."""
         pending = getattr(_traces, "pending", None)
         _traces.pending = None
+        if pending is not None and getattr(_traces, "jax_cache_hits", 0) > pending[4]:
+            # An executable jax loaded from its persistent cache does not
+            # serialize again whole (on CPU its code is missing from the copy).
+            self.store.refuse(
+                fun,
+                _reasons.WARM_FROM_JAX_CACHE,
+                "was served by jax's persistent cache: not written (a loaded executable does not "
+                "serialize again whole); it is written where jax compiles it",
+            )
+            return
         if type(key) is Checked:
             if traced is None or traced.jaxpr is not key.traced.jaxpr:
                 self.store.refuse(
