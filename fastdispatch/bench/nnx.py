@@ -163,6 +163,49 @@ def _array_attributes(rngs):
     return _once(ArrayAttributes)(rngs)
 
 
+def generate_step(model, tokens, index):
+    """One token of a decode loop, as flax's miniGPT tutorial samples: the
+    logits at a Python int position of a prompt."""
+    return jnp.argmax(model(tokens)[0, index])
+
+
+def _generate_args():
+    from flax import nnx
+
+    model = _decoder(nnx.Rngs(0, dropout=1))
+    return (model, jnp.arange(16, dtype=jnp.int32)[None, :] % 32, 7), {}
+
+
+def _decoder(rngs):
+    from flax import nnx
+
+    class Decoder(nnx.Module):
+        def __init__(self, rngs):
+            self.embed = nnx.Embed(32, 32, rngs=rngs)
+            self.blocks = nnx.List([_once(DecoderBlock)(rngs) for _ in range(2)])
+            self.out = nnx.Linear(32, 32, rngs=rngs)
+
+        def __call__(self, tokens):
+            x = self.embed(tokens)
+            for block in self.blocks:
+                x = block(x)
+            return self.out(x)
+
+    class DecoderBlock(nnx.Module):
+        def __init__(self, rngs):
+            self.norm = nnx.LayerNorm(32, rngs=rngs)
+            self.attention = nnx.MultiHeadAttention(2, 32, decode=False, rngs=rngs)
+            self.dropout = nnx.Dropout(0.1, rngs=rngs)
+            self.mlp = nnx.Linear(32, 32, rngs=rngs)
+
+        def __call__(self, x):
+            mask = nnx.make_causal_mask(x[..., 0])
+            x = x + self.dropout(self.attention(self.norm(x), mask=mask))
+            return x + self.mlp(x)
+
+    return _once(Decoder)(rngs)
+
+
 _classes = {}
 
 
@@ -205,5 +248,15 @@ WORKLOADS = [
         note="the MLP with self.count (int32[]) and self.mean (f32[32]), raw jax arrays updated "
         "in __call__ (count += 1, running mean of the hidden layer, subtracted from it), "
         "so the loss depends on their updates",
+    ),
+    Workload(
+        "nnx_generate_step",
+        "decode step: a 2-block transformer, a prompt and a Python int",
+        generate_step,
+        _generate_args,
+        raw=_raw,
+        skip={CACHED: "takes no optimizer", FD_CACHED: "takes no optimizer"},
+        note="Embed, 2 x (LayerNorm, MultiHeadAttention, Dropout with its rng stream, Linear), "
+        "Linear; the prompt i32[1,16] and the position a Python int; the rng count written back",
     ),
 ]

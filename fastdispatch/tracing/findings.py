@@ -152,7 +152,7 @@ def _shape_churn(s, paths, cause, site, cwd, label):
     latest = _clipped(cause.shapes[-1], 60) if cause.shapes else ""
     message = (
         f"{s.name} compiled {_more(cause.count)} for new shapes ({latest}); "
-        f"pad {names} to a few fixed sizes (buckets, or one size and a mask)"
+        f"pad {names} to a few sizes (buckets, or a mask)"
     )
     return _finding("shape_churn", site, cause.count, cause.ns, message, cwd, label(s))
 
@@ -216,10 +216,14 @@ def _eager_message(count):
     )
 
 
+# The longest message a finding prints (on one line, under its site).
+MAX_MESSAGE = 156
+
+
 def _finding(kind, site, count, ns, message, cwd, function=""):
     where = short(site, cwd)
     file, _, line = where.rpartition(":")
-    return Finding(kind, file, int(line), count, ns / 1e9, message, function)
+    return Finding(kind, file, int(line), count, ns / 1e9, _clipped(message, MAX_MESSAGE), function)
 
 
 def _names(paths, limit=60):

@@ -280,6 +280,57 @@ def test_explain_change(old, new, expected):
     assert explained(old(), new()) == expected
 
 
+def test_a_sharding_change_names_only_what_changed():
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    from fastdispatch.tracing.explain import ArgumentLeaf, Description, placement_change
+
+    mesh = jax.make_mesh((1,), ("batch",))
+    other = jax.make_mesh((1,), ("data",))
+
+    def leaf(sharding, aval="i32[8,4]"):
+        return ArgumentLeaf((), "x", "x", aval, False, str(sharding) if sharding else "", sharding=sharding)
+
+    assert placement_change(leaf(NamedSharding(mesh, P())), leaf(NamedSharding(mesh, P("batch")))) == (
+        "spec P() -> P('batch',)"
+    )
+    assert placement_change(leaf(NamedSharding(mesh, P())), leaf(NamedSharding(other, P()))) == (
+        "mesh ('batch': 1) -> ('data': 1)"
+    )
+    assert placement_change(leaf(NamedSharding(mesh, P())), leaf(NamedSharding(mesh, P()))) == ""
+    assert placement_change(leaf(None), leaf(NamedSharding(mesh, P()))) == "committed (P() on ('batch': 1))"
+    # A key's physical P() and P(None,) are one logical sharding: no change.
+    key = "key<fry>[]"
+    was, now = leaf(NamedSharding(mesh, P()), key), leaf(NamedSharding(mesh, P(None)), key)
+    assert placement_change(was, now) == ""
+    [line] = explain_change(Description((was,), (), ()), Description((now,), (), ()))
+    assert line.kind == "unchanged"
+
+
+def test_nnx_leaves_are_named_by_attribute_path(sink):
+    from flax import nnx
+
+    from fastdispatch import nnx as fnnx
+
+    class Net(nnx.Module):
+        def __init__(self, rngs):
+            self.layers = nnx.List([nnx.Linear(2, 2, rngs=rngs)])
+            self.dropout = nnx.Dropout(0.5, rngs=rngs)
+
+        def __call__(self, x):
+            return self.dropout(self.layers[0](x))
+
+    @fnnx.jit
+    def step(model, x):
+        return model(x)
+
+    step(Net(nnx.Rngs(0)), jnp.ones((1, 2)))
+    labels = [leaf.label for leaf in describe(sink.calls[-1].signature, ("model", "x")).args]
+    assert "model.layers[0].kernel" in labels and "model.dropout.rngs.key" in labels, labels
+    assert "x" in labels and not any("states" in label for label in labels), labels
+
+
 def test_x64_and_other_settings_are_named():
     old = signature_of(step, 1)
     with jax.enable_x64(True):
