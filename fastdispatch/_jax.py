@@ -97,6 +97,10 @@ Private names used, all read here only:
                                           the trace context's axis environment, as data
                                           (warm start's key; before 0.10 the context holds
                                           it as plain (name, size) pairs already)
+  jax._src.literals.TypedNdArray .val, .weak_type
+                                          a numpy constant as a jaxpr holds it (warm
+                                          start's checked key digests it; moved: an
+                                          ndarray subclass from 0.9, a wrapper in 0.8)
   jax.tree_util.flatten_one_level_with_keys
                                           a node's children and their keys (moved: public
                                           since 0.10; before, tree_flatten_with_path one
@@ -826,6 +830,10 @@ def jitted_function(jitted):
 
 
 # -- warm start (fastdispatch.warm) ---------------------------------------------------
+
+# A host constant of a jaxpr, as jax keeps a numpy value a traced function closes
+# over: in 0.8 a wrapper (``.val``, a numpy array, and ``.weak_type``).
+TYPED_NDARRAY_TYPE = _need("jax._src.literals", "TypedNdArray")
 
 
 # moved: before 0.10 the trace context holds the axis environment as a tuple

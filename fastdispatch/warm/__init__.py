@@ -91,13 +91,25 @@ def _count_event(event, **kwargs):
 
 class Checked:
     """A checked-mode key: its digest, and the trace it digests, whose compile
-    alone may be written under it."""
+    alone may be written under it (or that of another trace of the call with
+    the same digest: jax 0.8 traces the call again rather than reuse it)."""
 
-    __slots__ = ("digest", "traced")
+    __slots__ = ("digest", "options", "signature", "traced")
 
-    def __init__(self, digest: str, traced):
+    def __init__(self, digest: str, traced, options, signature):
         self.digest = digest
         self.traced = traced
+        self.options = options
+        self.signature = signature
+
+    def describes(self, traced) -> bool:
+        """Whether ``traced`` is the keyed trace, or one with the same digest."""
+        if traced.jaxpr is self.traced.jaxpr:
+            return True
+        try:
+            return checked_key(traced, self.options, self.signature) == self.digest
+        except Exception:  # NotStored, or a key that fails: not the same program
+            return False
 
 
 class WarmStart:
@@ -146,7 +158,7 @@ class WarmStart:
             _traces.fun = None
             return None
         digest = self._key(fun, checked_key, traced, options, signature)
-        return None if digest is None else Checked(digest, traced)
+        return None if digest is None else Checked(digest, traced, options, signature)
 
     def filter_key(self, fun, options, signature):
         """The store key of this filter_jit call of ``fun``, or None (the
@@ -223,7 +235,7 @@ class WarmStart:
             )
             return
         if type(key) is Checked:
-            if traced is None or traced.jaxpr is not key.traced.jaxpr:
+            if traced is None or not key.describes(traced):
                 self.store.refuse(
                     fun, _reasons.WARM_OTHER_TRACE, "was compiled from another trace than the one keyed"
                 )

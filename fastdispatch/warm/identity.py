@@ -215,6 +215,11 @@ class _Digest:
             self.numpy(value, how)
         elif kind is _jax.ARRAY_TYPE:
             self.jax_array(value, how)
+        elif kind is _jax.TYPED_NDARRAY_TYPE:
+            # A numpy constant as jax 0.8 keeps it in a jaxpr (from 0.9 an
+            # ndarray, above): its array and weak type.
+            self.token("typed ndarray", bool(value.weak_type))
+            self.numpy(value.val, how)
         elif isinstance(value, np.dtype):
             self.token("dtype", value.str, value.name)
         elif kind is types.FunctionType:

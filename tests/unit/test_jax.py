@@ -481,6 +481,14 @@ def test_trace_event_marks_each_top_level_trace():
         jax.monitoring.unregister_event_duration_listener(listener)
 
 
+def test_typed_ndarray_holds_a_numpy_value_and_its_weak_type():
+    if issubclass(_jax.TYPED_NDARRAY_TYPE, np.ndarray):  # jax 0.9, 0.10: digested as numpy
+        assert "TypedNdArray" in _jax.TYPED_NDARRAY_TYPE.__name__
+    else:  # jax 0.8: a wrapper
+        typed = _jax.TYPED_NDARRAY_TYPE(np.arange(3.0), True)
+        assert type(typed.val) is np.ndarray and typed.weak_type is True
+
+
 def test_axis_env_parts_of_the_trace_context():
     env = dict(zip(_jax.trace_context_names(), _jax.trace_context()))["axis_env_state"]
     if _jax.axis_env_parts(env) is None:
