@@ -13,6 +13,8 @@ import threading
 import weakref
 from functools import partial
 
+from fastdispatch import _jax
+
 from fastdispatch._execute cimport Executable
 from fastdispatch._signature cimport CallSignature
 
@@ -235,9 +237,10 @@ cdef class CompiledFunctionCache:
 
     @classmethod
     def clear_all(cls):
-        """Clear every live CompiledFunctionCache."""
+        """Clear every live CompiledFunctionCache (``jax.clear_caches()`` does too)."""
         for cache in list(_live_caches):
             cache.clear()
+
 
     def stats(self):
         """Counters since creation: hits, misses (compiles), evictions, compile_seconds."""
@@ -264,3 +267,7 @@ _DEFAULT_CACHE = CompiledFunctionCache()
 def default_cache():
     """The cache functions use when ``jit`` is not given ``cache=``."""
     return _DEFAULT_CACHE
+
+
+# jax.clear_caches() forgets every executable, ours as well as jax.jit's.
+_cleared_with_jax = _jax.ClearedWithJax(CompiledFunctionCache.clear_all, "fastdispatch executables")

@@ -664,11 +664,23 @@ cdef class CompiledFunction(Engine):
         return inspect.signature(self.fun)
 
     def __repr__(self):
+        # jax.jit's words: a drop-in prints as the wrapper it replaces.
         try:
             fun_repr = repr(self.fun)
         except Exception:
-            return "<CompiledFunction>"   # as jax.jit: repr never raises
-        return f"<CompiledFunction of {fun_repr}>"
+            return "<PjitFunction>"   # as jax.jit: repr never raises
+        return f"<PjitFunction of {fun_repr}>"
+
+    def __getstate__(self):
+        """Part of what jax.jit's wrapper reports of itself: its
+        ``function_name`` (through functools.partial), the function and its
+        static arguments.  Pickling goes through ``__reduce__``."""
+        return {
+            "function_name": _jax.fun_name(self.fun),
+            "fun": self.fun,
+            "static_argnums": self._static_argnums,
+            "static_argnames": tuple(sorted(self._static_argnames)),
+        }
 
     def __reduce__(self):
         cache = None if self._shared_cache is default_cache() else self._shared_cache

@@ -105,6 +105,7 @@ Private names used, all read here only:
                                           a node's children and their keys (moved: public
                                           since 0.10; before, tree_flatten_with_path one
                                           level deep)
+  jax._src.util.register_cache            the caches jax.clear_caches() clears (ours too)
   jax._src.api._post_hook_state, jax._src.pjit._run_python_pjit, PjitFunction._fun
                                           jax.jit's two ways to dispatch (its C++ fast
                                           path, then its post hook; its Python path),
@@ -827,6 +828,30 @@ def jitted_function(jitted):
     """The function a jax.jit-made callable wraps (None for one jax made
     without a Python function: a jaxpr's call, ``jit_p``'s own dispatch)."""
     return getattr(jitted, "_fun", None)
+
+
+# -- jax.clear_caches (fastdispatch._cache) ----------------------------------------
+# jax.clear_caches() clears every cache registered with jax's util.register_cache
+# (held weakly, by an object offering cache_clear, cache_info and cache_keys).
+_register_cache = _need("jax._src.util", "register_cache")
+
+
+class ClearedWithJax:
+    """A registration in jax's cache registry: ``jax.clear_caches()`` calls
+    ``clear()``.  jax holds it weakly, so its owner keeps it alive."""
+
+    def __init__(self, clear, what: str):
+        self._clear = clear
+        _register_cache(self, what)
+
+    def cache_clear(self):
+        self._clear()
+
+    def cache_info(self):
+        return None
+
+    def cache_keys(self):
+        return ()
 
 
 # -- warm start (fastdispatch.warm) ---------------------------------------------------

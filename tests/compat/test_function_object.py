@@ -62,10 +62,8 @@ def test_wraps_of_partial_and_callable_object(jit):
 
 
 def test_repr(jit):
-    f = jit(documented)
-    assert re.fullmatch(rf"<\w+ of {re.escape(repr(documented))}>", repr(f)), repr(f)
-    if jit is not jax.jit:
-        assert repr(f) == f"<CompiledFunction of {documented!r}>"
+    # jax's own api_test asserts these words: a drop-in prints as jax.jit's wrapper.
+    assert repr(jit(documented)) == f"<PjitFunction of {documented!r}>"
 
 
 def test_repr_when_function_repr_raises(jit):
@@ -77,10 +75,38 @@ def test_repr_when_function_repr_raises(jit):
             raise RuntimeError("no repr")
 
     f = jit(BadRepr())
-    # jax shows "<PjitFunction>"; the only contract is that repr does not raise
-    # and names the type (the type names differ anyway).
-    assert re.fullmatch(r"<\w+( of <.*>)?>", repr(f)), repr(f)
+    assert repr(f) == "<PjitFunction>"
     assert_same_array(f(jnp.float32(1)), jnp.asarray(2, jnp.float32))
+
+
+def test_getstate_function_name(jit):
+    # jax's api_test reads the name jax.jit reports through functools.partial.
+    named = functools.partial(documented)
+    named.__name__ = "named"
+    assert jit(documented).__getstate__()["function_name"] == "documented"
+    assert jit(functools.partial(functools.partial(documented))).__getstate__()["function_name"] == "documented"
+    assert jit(named).__getstate__()["function_name"] == "named"
+    assert jit(lambda x: x).__getstate__()["function_name"] == "<lambda>"
+
+
+def test_clear_caches_forgets_executables(jit):
+    # jax.clear_caches() clears every compiled-function cache: the next call traces again.
+    traces = []
+
+    @jit
+    def double(x):
+        traces.append(None)
+        return x * 2
+
+    x = jnp.arange(4)
+    double(x)
+    double(x)
+    assert len(traces) == 1
+    jax.clear_caches()
+    assert_same_array(double(x), x * 2)
+    assert len(traces) == 2
+    double(x)
+    assert len(traces) == 2
 
 
 def test_non_weakrefable_callable(jit):
