@@ -241,7 +241,6 @@ cdef class CompiledFunctionCache:
         for cache in list(_live_caches):
             cache.clear()
 
-
     def stats(self):
         """Counters since creation: hits, misses (compiles), evictions, compile_seconds."""
         return {"hits": self._hits, "misses": self._misses,

@@ -215,7 +215,14 @@ class Trace:
                 entry[0] += 1
                 entry[1] += host[1]
                 entry[2] += (times[5] - times[0]) - (times[4] - times[3])
-        self._pending.append((fn, times, hit, compile_ns, fallback, signature, tid, site))
+        # A pending call holds its function's key, not the function: the trace
+        # must not keep a dropped function (and what it closes over) alive.
+        # What a compile's fold reads of the function is read now.
+        key = self._key_of(fn)
+        about = None
+        if compile_ns or (not hit and fallback is None):
+            about = (_positional_names(fn), self._serial_of(fn), made_at(fn))
+        self._pending.append((key, times, hit, compile_ns, fallback, signature, tid, site, about))
         if len(self._pending) >= _FOLD_EVERY:
             self._fold()
 
@@ -233,7 +240,7 @@ class Trace:
             self._fold_batch(batch)
 
     def _fold_batch(self, batch):
-        fns, times, hits, compiles, fallbacks, signatures, tids, sites = zip(*batch)
+        call_keys, times, hits, compiles, fallbacks, signatures, tids, sites, abouts = zip(*batch)
         n = len(batch)
         stamps = np.fromiter(itertools.chain.from_iterable(times), np.int64, 6 * n).reshape(n, 6)
         phases = np.diff(stamps, axis=1)
@@ -245,36 +252,36 @@ class Trace:
         # a fallback's is jax's own dispatch (or tracing).
         overhead = phases.sum(axis=1) - phases[:, _LAUNCH]
 
-        keys = {fn: self._key_of(fn) for fn in set(fns)}
-        if len(keys) == 1:
-            groups = [(next(iter(keys.values())), slice(None))]
+        distinct = set(call_keys)
+        if len(distinct) == 1:
+            groups = [(call_keys[0], slice(None))]
         else:
-            index = {fn: i for i, fn in enumerate(keys)}
-            codes = np.fromiter(map(index.__getitem__, fns), np.int64, n)
-            groups = [(key, codes == index[fn]) for fn, key in keys.items()]
+            index = {key: i for i, key in enumerate(distinct)}
+            codes = np.fromiter(map(index.__getitem__, call_keys), np.int64, n)
+            groups = [(key, codes == i) for key, i in index.items()]
         for key, rows in groups:
             self._functions[key].add_calls(phases[rows], overhead[rows], hit[rows], fast[rows])
 
         # Misses, compiles and fallbacks are rare: one at a time, in order.
         if not (no_fallback and hit.all() and compiles.count(0) == n):
-            for fn, one_hit, one_compile_ns, fallback, signature, site in zip(
-                fns, hits, compiles, fallbacks, signatures, sites
+            for key, one_hit, one_compile_ns, fallback, signature, site, about in zip(
+                call_keys, hits, compiles, fallbacks, signatures, sites, abouts
             ):
-                stats = self._functions[keys[fn]]
+                stats = self._functions[key]
                 if fallback is not None:
                     stats.fallbacks[fallback] += 1
                 if one_compile_ns or (not one_hit and fallback is None):
+                    arg_names, serial, made = about
                     if signature is not None:
-                        self._compiled[id(signature)] = (signature, keys[fn])
+                        self._compiled[id(signature)] = (signature, key)
                     if stats.arg_names is None:
-                        stats.arg_names = _positional_names(fn)
-                    self._count_compile(stats, one_compile_ns, signature, site, fn, self._serial_of(fn))
+                        stats.arg_names = arg_names
+                    self._count_compile(stats, one_compile_ns, signature, site, serial, made)
 
         # Keep the batch for the trace file (by function key: neither compiled
         # functions nor signatures stay alive), then only as many old batches
         # as the latest max_events calls need.
-        call_keys = list(map(keys.__getitem__, fns))
-        self._batches.append((call_keys, stamps, hits, compiles, fallbacks, tids))
+        self._batches.append((list(call_keys), stamps, hits, compiles, fallbacks, tids))
         self._batched_calls += n
         self._calls_seen += n
         while self._batched_calls - len(self._batches[0][0]) >= self.max_events:
@@ -307,7 +314,7 @@ class Trace:
         return self._keys[id(fn)][2]
 
     @staticmethod
-    def _count_compile(stats, compile_ns, signature, site=None, fn=None, serial=None):
+    def _count_compile(stats, compile_ns, signature, site=None, serial=None, made=None):
         stats.compiles += 1
         stats.compile_ns += compile_ns
         new_wrapper = serial is not None and serial not in stats.wrappers
@@ -324,7 +331,7 @@ class Trace:
                 stats.recompiles.append((stats.compiles, changes))
             else:
                 stats.recompiles_dropped += 1
-            _count_cause(stats, changes, compile_ns, site, new_wrapper and made_at(fn) or site, new_wrapper)
+            _count_cause(stats, changes, compile_ns, site, new_wrapper and made or site, new_wrapper)
         stats.signatures.append(current)
 
     # -- results ----------------------------------------------------------

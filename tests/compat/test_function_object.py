@@ -3,7 +3,6 @@
 import functools
 import inspect
 import pickle
-import re
 import weakref
 
 import jax
@@ -84,7 +83,8 @@ def test_getstate_function_name(jit):
     named = functools.partial(documented)
     named.__name__ = "named"
     assert jit(documented).__getstate__()["function_name"] == "documented"
-    assert jit(functools.partial(functools.partial(documented))).__getstate__()["function_name"] == "documented"
+    nested = functools.partial(functools.partial(documented))
+    assert jit(nested).__getstate__()["function_name"] == "documented"
     assert jit(named).__getstate__()["function_name"] == "named"
     assert jit(lambda x: x).__getstate__()["function_name"] == "<lambda>"
 

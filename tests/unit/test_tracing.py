@@ -500,3 +500,23 @@ def test_a_python_scalar_that_becomes_an_array_is_named():
         f(f(0))
     (row,) = [r for r in t.stats().values() if r["compiles"] == 2]
     assert row["recompiles"][0]["changes"] == ["step: a Python int -> an array (i32[]{weak})"]
+
+
+def test_trace_keeps_no_dropped_function_alive():
+    # jax's api_test (test_jit_reference_dropping): once the jitted function
+    # goes, what it closes over goes too, while a trace records its calls.
+    import weakref
+
+    with fastdispatch.trace() as t:
+        x = jnp.ones(10)
+        f = (lambda x: lambda: x)(x)
+        g = fastdispatch.jit(f)
+        x = weakref.ref(x)
+        g()
+        g()
+        del f
+        g()
+        del g
+        assert x() is None
+    (row,) = t.stats().values()
+    assert (row["calls"], row["compiles"]) == (3, 1)
