@@ -14,6 +14,7 @@ import threading
 import jax
 import jax.numpy as jnp
 import pytest
+from frontends import needs_flax
 
 import fastdispatch
 from fastdispatch import _engine, tracing
@@ -308,6 +309,7 @@ def test_a_sharding_change_names_only_what_changed():
     assert line.kind == "unchanged"
 
 
+@needs_flax
 def test_nnx_leaves_are_named_by_attribute_path(sink):
     from flax import nnx
 

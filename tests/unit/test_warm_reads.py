@@ -13,12 +13,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from flax import nnx
+from frontends import import_flax
 
 import fastdispatch
 from fastdispatch import _reasons, warm
 from fastdispatch.warm import identity, jax_cache
 from fastdispatch.warm.identity import NotStored, function_digest
+
+nnx = import_flax().nnx
 
 
 class Opaque:
