@@ -287,20 +287,24 @@ def test_a_sharding_change_names_only_what_changed():
 
     from fastdispatch.tracing.explain import ArgumentLeaf, Description, placement_change
 
-    mesh = jax.make_mesh((1,), ("batch",))
-    other = jax.make_mesh((1,), ("data",))
+    # Explicit axes, jax 0.10's default, named so that older jax does not warn.
+    explicit = (jax.sharding.AxisType.Explicit,)
+    mesh = jax.make_mesh((1,), ("batch",), axis_types=explicit)
+    other = jax.make_mesh((1,), ("data",), axis_types=explicit)
 
     def leaf(sharding, aval="i32[8,4]"):
         return ArgumentLeaf((), "x", "x", aval, False, str(sharding) if sharding else "", sharding=sharding)
 
+    # A spec reads as the installed jax writes it (P(...); PartitionSpec(...) before 0.9).
     assert placement_change(leaf(NamedSharding(mesh, P())), leaf(NamedSharding(mesh, P("batch")))) == (
-        "spec P() -> P('batch',)"
+        f"spec {P()!r} -> {P('batch')!r}"
     )
     assert placement_change(leaf(NamedSharding(mesh, P())), leaf(NamedSharding(other, P()))) == (
         "mesh ('batch': 1) -> ('data': 1)"
     )
     assert placement_change(leaf(NamedSharding(mesh, P())), leaf(NamedSharding(mesh, P()))) == ""
-    assert placement_change(leaf(None), leaf(NamedSharding(mesh, P()))) == "committed (P() on ('batch': 1))"
+    committed = placement_change(leaf(None), leaf(NamedSharding(mesh, P())))
+    assert committed == f"committed ({P()!r} on ('batch': 1))"
     # A key's physical P() and P(None,) are one logical sharding: no change.
     key = "key<fry>[]"
     was, now = leaf(NamedSharding(mesh, P()), key), leaf(NamedSharding(mesh, P(None)), key)
