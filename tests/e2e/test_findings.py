@@ -13,15 +13,12 @@ import textwrap
 from frontends import needs_flax
 
 
-def run_traced(tmp_path, source):
-    """Run ``source`` as prog.py under --trace and --trace-json; return
-    (the JSON report, stderr, the planted line number)."""
-    source = textwrap.dedent(source)
-    (tmp_path / "prog.py").write_text(source)
-    planted = [i for i, line in enumerate(source.splitlines(), 1) if "# PLANTED" in line]
+def run_prog(tmp_path, *options):
+    """Run tmp_path/prog.py under ``python -m fastdispatch [options]``; the
+    finished process, which must have exited 0."""
     env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONDONTWRITEBYTECODE="1")
     proc = subprocess.run(
-        [sys.executable, "-m", "fastdispatch", "--trace", "--trace-json", "report.json", "prog.py"],
+        [sys.executable, "-m", "fastdispatch", *options, "prog.py"],
         cwd=tmp_path,
         env=env,
         capture_output=True,
@@ -29,6 +26,16 @@ def run_traced(tmp_path, source):
         timeout=180,
     )
     assert proc.returncode == 0, proc.stderr
+    return proc
+
+
+def run_traced(tmp_path, source):
+    """Run ``source`` as prog.py under --trace and --trace-json; return
+    (the JSON report, stderr, the planted line number)."""
+    source = textwrap.dedent(source)
+    (tmp_path / "prog.py").write_text(source)
+    planted = [i for i, line in enumerate(source.splitlines(), 1) if "# PLANTED" in line]
+    proc = run_prog(tmp_path, "--trace", "--trace-json", "report.json")
     report = json.loads((tmp_path / "report.json").read_text())
     return report, proc.stderr, planted[0] if planted else None
 
@@ -308,18 +315,6 @@ def test_trace_replaces_no_name_routing_does_not(tmp_path):
         """
     )
     (tmp_path / "prog.py").write_text(source)
-    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONDONTWRITEBYTECODE="1")
-    outputs = []
-    for options in ([], ["--trace"]):
-        proc = subprocess.run(
-            [sys.executable, "-m", "fastdispatch", *options, "prog.py"],
-            cwd=tmp_path,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=180,
-        )
-        assert proc.returncode == 0, proc.stderr
-        outputs.append(proc.stdout)
+    outputs = [run_prog(tmp_path, *options).stdout for options in ([], ["--trace"])]
     assert outputs[0] == outputs[1]
     assert outputs[0].startswith("True ")
