@@ -133,7 +133,7 @@ def dispatch_summary(results: list[Result]) -> list[dict]:
     return items
 
 
-# The equinox front end's goals (issue 9): fd/eqx on the tiny forward pass,
+# The equinox front end's goals: fd/eqx on the tiny forward pass,
 # overhead above raw against equinox's on every row, fd/eqx on the training step.
 EQX_FORWARD_TARGET, EQX_OVERHEAD_TARGET, EQX_STEP_TARGET = 0.2, 0.15, 0.6
 
@@ -153,7 +153,7 @@ def equinox_summary(results: list[Result]) -> list[dict]:
     return items
 
 
-# The NNX front end's goals (issue 10): fd/nnx.jit on the MLP + Adam step, and
+# The NNX front end's goals: fd/nnx.jit on the MLP + Adam step, and
 # faster than tree mode and than cached_partial on every row (through cached_partial too).
 NNX_STEP_TARGET = 0.25
 
