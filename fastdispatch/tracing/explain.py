@@ -22,8 +22,8 @@ import jax
 from jax.tree_util import keystr
 
 from fastdispatch import _jax
-from fastdispatch._pytree import first_difference
-from fastdispatch._signature import argument_of
+from fastdispatch.core.pytree import first_difference
+from fastdispatch.core.signature import argument_of
 
 __all__ = ["ArgumentLeaf", "Change", "Description", "describe", "explain_change", "signature_text"]
 

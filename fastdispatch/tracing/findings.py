@@ -96,7 +96,7 @@ def executables(trace, functions, label) -> list:
     device memory they hold (XLA's memory analysis; None where no executable
     of the fast path says), and how many recompiles were for signatures that
     differ only by object identity."""
-    from fastdispatch._cache import default_cache
+    from fastdispatch.core.cache import default_cache
 
     kept, memory = {}, {}
     for entry in default_cache().entries():

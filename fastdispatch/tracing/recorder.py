@@ -1,6 +1,6 @@
 """The recorder: the trace sink the dispatcher calls on every call.
 
-A ``Trace`` is what ``fastdispatch._engine.set_trace_sink`` hands every call
+A ``Trace`` is what ``fastdispatch.core.engine.set_trace_sink`` hands every call
 of every compiled function to.  Recording stays cheap: ``record`` appends one
 tuple to a list.  Every ``_FOLD_EVERY`` calls (and before a report) the pending
 tuples are folded into per-function aggregates (``FunctionStats``), which never

@@ -28,7 +28,8 @@ import weakref
 
 import jax
 
-from fastdispatch import _engine, _jax, _reasons
+from fastdispatch import _jax, _reasons
+from fastdispatch.core import engine as _engine
 from fastdispatch.warm import jax_cache, outputs
 from fastdispatch.warm import preload as preload_module
 from fastdispatch.warm.identity import NotStored, function_digest

@@ -305,7 +305,7 @@ class _Digest:
 
     def jitted(self, value, how) -> bool:
         """A fastdispatch.jit function: its function and its options."""
-        from fastdispatch._dispatch import CompiledFunction
+        from fastdispatch.jax_jit.function import CompiledFunction
 
         if type(value) is not CompiledFunction:
             return False
