@@ -50,6 +50,7 @@ from collections.abc import Callable
 import jax
 
 from . import dispatch, eqx, nnx, report
+from .machine import cpu_model
 from .runner import run_workload
 
 # (repeats, seconds per timed loop): full and --quick.
@@ -222,17 +223,6 @@ def _library_versions() -> dict:
         except importlib_metadata.PackageNotFoundError:
             pass
     return versions
-
-
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def _git_commit() -> str:

@@ -22,7 +22,7 @@ import jax.tree_util as jtu
 import jaxlib
 import numpy as np
 
-from fastdispatch.bench import cpu_model
+from fastdispatch.bench.machine import cpu_model
 from fastdispatch.core import pytree as _pytree
 
 

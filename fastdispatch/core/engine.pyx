@@ -89,6 +89,17 @@ cdef object warm_store():
     return _warm_store
 
 
+def library_function(function):
+    """The library's own function behind ``function`` when it is one of ours
+    (an Engine), else ``function``.  Under ``python -m fastdispatch``, jax.jit
+    is fastdispatch.jit, and a library's own jax.jit (equinox's, flax's) is a
+    CompiledFunction: front ends take its jax.jit, so that a call is recorded
+    once, as the front end's."""
+    if isinstance(function, Engine):
+        return function.library_function()
+    return function
+
+
 def set_trace_sink(sink):
     """Send every call's timings to ``sink.record(...)``; None stops it."""
     global _trace_sink
@@ -419,3 +430,15 @@ cdef class Engine:
     cdef object returned(self, Call* call, object out):
         """The output, after the call's post hook (jit's)."""
         return out
+
+    # -- what a front end hands the tools ------------------------------------
+
+    def library_function(self):
+        """The library's own function that runs this one's hand-offs."""
+        raise NotImplementedError
+
+    def warm_identity(self):
+        """``(function, options)`` by which warm start's identity of a value
+        (fastdispatch.warm.identity) describes this one, or None: not so
+        described."""
+        return None

@@ -41,9 +41,10 @@ from equinox._module import _flatten as _eqx_flatten
 from equinox._module import _module as _eqx_module
 
 from fastdispatch import _jax
+from fastdispatch.core import descriptions
 from fastdispatch.core import pytree as _pytree
+from fastdispatch.core.engine import library_function
 from fastdispatch.equinox import function as _filter
-from fastdispatch.jax_jit import function as _dispatch
 
 __all__ = ["FilterJitWrapper", "filter_jit"]
 
@@ -78,7 +79,7 @@ _dispatchers = weakref.WeakValueDictionary()
 
 def _dispatcher_for(jitted, jitkwargs) -> _filter.FilterDispatcher:
     found = _dispatchers.get(id(jitted))
-    if found is None or found.jitted is not _dispatch.jax_function(jitted):
+    if found is None or found.jitted is not library_function(jitted):
         found = _filter.FilterDispatcher(
             jitted,
             _eqx_jit._JitWrapper.__call__,
@@ -106,14 +107,15 @@ def _clear_dispatchers():
 _eqx_caches.cache_clears.append(_clear_dispatchers)
 
 
-def recognise_jit_wrappers():
+def recognise_jit_wrappers(jit_type):
     """equinox warns when a Module field holds a jax-transformed callable that
     wraps arrays, and knows one by its type: ``type(jax.jit(lambda x: x))``,
     taken when equinox is imported.  Under ``python -m fastdispatch`` that is
-    CompiledFunction or jax's own PjitFunction, whichever jax.jit was then;
-    both kinds of wrapper exist in a routed program (a library may have made
-    its jitted functions before the patch), so equinox is told of both."""
-    _eqx_module._transform_types.update({_dispatch.CompiledFunction, type(_jax.jax_jit(lambda x: x))})
+    ``jit_type`` (fastdispatch.jit's CompiledFunction, which the command line
+    hands here) or jax's own PjitFunction, whichever jax.jit was then; both
+    kinds of wrapper exist in a routed program (a library may have made its
+    jitted functions before the patch), so equinox is told of both."""
+    _eqx_module._transform_types.update({jit_type, type(_jax.jax_jit(lambda x: x))})
 
 
 def _module_layout(cls, to_iter):
@@ -147,6 +149,9 @@ def static_field_names(cls) -> tuple | None:
     if not isinstance(cls, ModuleMeta) or not dataclasses.is_dataclass(cls):
         return None
     return ("",) + tuple(f.name for f in dataclasses.fields(cls) if f.metadata.get("static", False))
+
+
+descriptions.add_aux_names(static_field_names)
 
 
 def filter_jit(fun=_eqx_jit.sentinel, *, donate="none", **jitkwargs):

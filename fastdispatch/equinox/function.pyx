@@ -45,7 +45,7 @@ from fastdispatch.core.signature cimport (
     classify_leaf)
 from fastdispatch.equinox.unchanged cimport Unchanged, record_unchanged
 from fastdispatch.core.cache import default_cache
-from fastdispatch.jax_jit.function import jax_function as _dispatch_jax_function
+from fastdispatch.core.engine import library_function
 from fastdispatch import _jax, _reasons
 from fastdispatch._reasons import NotFast
 
@@ -458,7 +458,7 @@ cdef class FilterDispatcher(Engine):
     callables), and so does this, with its entries, plans and guard."""
 
     def __init__(self, jitted, equinox_call, equinox_lower, is_array, warm_options=None):
-        self.jitted = _dispatch_jax_function(jitted)
+        self.jitted = library_function(jitted)
         self.warm_options = warm_options
         # equinox names its jit's function after the user's: the name jax.jit's span would have.
         self.span_name = f"FastDispatch({_jax.fun_name(self.jitted)})"
@@ -484,6 +484,10 @@ cdef class FilterDispatcher(Engine):
         self.previous = None
         if self.same is not None:
             self._drop_same(self.same)
+
+    def library_function(self):
+        """equinox's shared jax.jit of the function."""
+        return self.jitted
 
     def _cache_size(self):
         return len(self.executables)
@@ -684,12 +688,9 @@ cdef class FilterDispatcher(Engine):
         """The entry of an executable loaded from the warm-start store, with
         the output recipe stored beside it (warm/outputs.py): the call's
         non-array outputs rebuilt from its own inputs and names, untraced."""
-        from fastdispatch.warm import keys, outputs
-
         compiled, described = loaded
         cdef Executable executable = self._executable(compiled, entry, leaves)
-        out_treedef, sources, statics = outputs.rebuild(
-            described, keys.filter_call_objects(entry.signature))
+        out_treedef, sources, statics = warm_store().filter_outputs(described, entry.signature)
         return executable, _new_recipe(our_treedef(out_treedef), sources, tuple(statics),
                                        len(executable.out_handlers))
 

@@ -703,6 +703,14 @@ cdef class CompiledFunction(Engine):
         self._clear_cache()
         self._jitted.clear_cache()
 
+    def library_function(self):
+        """jax's own jit of the function: ``jax.jit(fun, same options)``."""
+        return self._jitted
+
+    def warm_identity(self):
+        """The function and its jit options (fastdispatch.warm.identity)."""
+        return self.fun, self._options
+
     def _cache_size(self):
         """The number of executables held for this function."""
         return len(self.executables)
@@ -733,16 +741,6 @@ cdef void _install_vectorcall():
 
 
 _install_vectorcall()
-
-
-def jax_function(jitted):
-    """jax's own jit object behind ``jitted``.  Under ``python -m fastdispatch``,
-    jax.jit is fastdispatch.jit, and a library's own jax.jit (equinox's, flax's)
-    is a CompiledFunction: front ends take its jax.jit, so that a call is
-    recorded once, as the front end's."""
-    if isinstance(jitted, CompiledFunction):
-        return (<CompiledFunction>jitted)._jitted
-    return jitted
 
 
 def _rebuild(fun, options, cache):

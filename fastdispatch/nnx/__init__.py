@@ -55,8 +55,9 @@ from flax.typing import MISSING
 
 from fastdispatch import _jax, _reasons
 from fastdispatch._reasons import NotFast
+from fastdispatch.core import descriptions
 from fastdispatch.core import pytree as _pytree
-from fastdispatch.jax_jit import function as _dispatch
+from fastdispatch.core.engine import library_function
 from fastdispatch.nnx import function as _nnx
 from fastdispatch.nnx.function import (
     ARRAY_SLOT,
@@ -69,7 +70,6 @@ from fastdispatch.nnx.function import (
     NodeGuard,
     VariableGuard,
 )
-from fastdispatch.warm import outputs as _outputs
 
 __all__ = ["NnxJitFunction", "jit"]
 
@@ -123,7 +123,7 @@ def jit(
     flax_function = _flax_jit(fun, **options)  # flax checks the options, with its messages
     # Under `python -m fastdispatch`, flax's jax.jit is a CompiledFunction: flax's
     # calls use jax's own, so that each call is recorded once, as this function's.
-    flax_function.jitted_fn = _dispatch.jax_function(flax_function.jitted_fn)
+    flax_function.jitted_fn = library_function(flax_function.jitted_fn)
     fast = type(flax_function) is _compilation.JitWrapped and in_shardings is None and out_shardings is None
     function = NnxJitFunction(flax_function, flax_function.jitted_fn if fast else None, fast, miss)
     functools.update_wrapper(function, fun)
@@ -230,7 +230,7 @@ def _warm_graph(function, args, kwargs, before, loaded, store):
     began = time.perf_counter()
     try:
         compiled, (kind, described) = loaded
-        out_treedef, sources, _ = _outputs.rebuild(described, [])
+        out_treedef, sources, _ = store.nnx_outputs(described)
         outputs = _kept_outputs(before, out_treedef, compiled.out_tree.num_leaves)
         graph = _graph(
             function, args, kwargs, before, time.perf_counter() - began, None, compiled, outputs, before
@@ -676,3 +676,6 @@ def graph_attributes(graphdef):
     except StopIteration:  # a GraphDef of another layout: nothing to say
         pass
     return found
+
+
+descriptions.add_attributes(_graphlib.GraphDef, graph_attributes)

@@ -553,6 +553,10 @@ cdef class NnxJitFunction(Engine):
         self.refused, self.refusal_repeated = None, False
         self.executables.clear()
 
+    def library_function(self):
+        """flax's own nnx.jit of the function."""
+        return self.flax_function
+
     def _cache_size(self):
         return len(self.executables)
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from fastdispatch.tracing.names import label, trace_title
 from fastdispatch.tracing.sites import short
 
 __all__ = ["Finding", "summary"]
@@ -56,8 +57,6 @@ def summary(trace) -> dict:
     """The whole report as data (JSON-ready): title, wall time and its split,
     the function table, the executables kept, the findings."""
     from fastdispatch._jax import process_of_program
-    from fastdispatch.tracing.recorder import label
-    from fastdispatch.tracing.report import trace_title
 
     functions = trace.function_stats()
     wall_ns = trace._wall_ns()
