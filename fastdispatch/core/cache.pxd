@@ -5,8 +5,8 @@ from fastdispatch.core.signature cimport CallSignature
 cdef class CacheEntry:
     cdef readonly CallSignature signature  # the key this entry was compiled for
     cdef readonly Executable executable    # runs it; None while compiling, or when jax must
-    cdef readonly str slow_reason          # why the library runs this entry (_reasons); None: fast
-    cdef readonly str slow_detail          # what else went with slow_reason (an error's repr), or None
+    cdef readonly str hand_off_reason      # why the library runs this entry (_reasons); None: fast
+    cdef readonly str hand_off_detail      # what else went with hand_off_reason (an error's repr), or None
     cdef readonly object finish            # its Outputs: how the flat outputs become the result
     cdef readonly object compile_error     # the exception compiling raised, for waiters
     cdef readonly double compile_seconds   # trace + lower + compile time

@@ -55,12 +55,23 @@ cdef class CacheEntry:
         """True when the dispatcher runs this entry itself, without jax."""
         return self.executable is not None
 
+    # The names docs/api.md gave these before hand_off_reason and hand_off_detail.
+    @property
+    def slow_reason(self):
+        """``hand_off_reason``."""
+        return self.hand_off_reason
+
+    @property
+    def slow_detail(self):
+        """``hand_off_detail``."""
+        return self.hand_off_detail
+
     def __repr__(self):
         state = ("compiling" if not self.finished else
                  f"failed: {self.compile_error!r}" if self.compile_error is not None else
-                 f"slow path: {self.slow_reason}"
-                 + (f" ({self.slow_detail})" if self.slow_detail is not None else "")
-                 if self.slow_reason is not None else
+                 f"handed off: {self.hand_off_reason}"
+                 + (f" ({self.hand_off_detail})" if self.hand_off_detail is not None else "")
+                 if self.hand_off_reason is not None else
                  "fast path")
         return f"<CacheEntry {self.signature!r} ({state})>"
 
@@ -90,7 +101,7 @@ cdef class FunctionCache:
             entry.executable = executable
             entry.finish = finish
         else:
-            entry.slow_reason = reason
+            entry.hand_off_reason = reason
         entry.compile_seconds = seconds
         self.shared._compile_seconds += seconds
         entry.finished = True

@@ -103,25 +103,24 @@ cdef class Engine:
     # The steps, in the order a call takes them.
     cdef object call(self, Call* call)
     cdef object _call_in_spans(self, Call* call, CallTimes* times)
-    cdef object _hand_off(self, Call* call, CallTimes* times)
+    cdef object _run_hand_off(self, Call* call, CallTimes* times)
     cdef object lookup(self, Call* call, TreeDef treedef, list leaves, tuple static_args,
                        tuple context, tuple arg_names, object front, CallTimes* times)
     cdef object run(self, Call* call, CacheEntry entry, object finish, object leaves,
                     CallTimes* times)
     cdef object compile(self, Call* call, CacheEntry entry, list leaves, CallTimes* times)
     cdef object warm(self, Call* call, CacheEntry entry, list leaves, CallTimes* times, object store)
-    cdef object fallback(self, Call* call, str reason, CallTimes* times, CallSignature signature)
+    cdef object hand_off(self, Call* call, str reason, CallTimes* times, CallSignature signature)
     cdef CacheEntry entry_for(self, CallSignature signature, Executable executable, str reason,
                               double seconds)
 
     # The front end's hooks.
     cdef object dispatch(self, Call* call, CallTimes* times)
-    cdef object slow_call(self, Call* call)
+    cdef object library_call(self, Call* call)
     cdef tuple build(self, Call* call, CacheEntry entry, list leaves, object out)
     cdef object warm_key(self, Call* call, CallSignature signature, object store)
     cdef tuple build_loaded(self, Call* call, CacheEntry entry, list leaves, object loaded)
     cdef void remember(self, Call* call, CacheEntry entry, CallSignature signature)
-    cdef void refused_call(self, Call* call, str reason)
     cdef void guard_passed(self, Call* call, PreviousCall previous, list leaves)
     cdef void handed_off(self, Call* call, CacheEntry entry, str reason)
     cdef object returned(self, Call* call, object out)

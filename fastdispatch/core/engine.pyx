@@ -14,18 +14,18 @@ takes these steps, in this order:
              store key (``warm_key``); an executable stored under it is
              loaded, made the entry (``build_loaded``) and run
   compile    a miss: one thread runs the call the front end's library's way
-             (``slow_call``: jax.jit, equinox's filter_jit, flax's nnx.jit) and
+             (``library_call``: jax.jit, equinox's filter_jit, flax's nnx.jit) and
              takes its executable (``build``); other threads wait on the entry
   run        a hit: the entry's Executable on the leaves, the outputs rebuilt
              by the entry's Outputs; the post hook (``returned``)
-  fallback   whatever the fast path does not run, the library's own call runs,
+  hand_off   whatever the fast path does not run, the library's own call runs,
              with the reason recorded (reasons: fastdispatch._reasons); it
              runs in ``call``, below the other steps' frames, so that an
              error it raises crosses few of ours
 
 A front end is one Engine subclass that supplies its hooks: ``dispatch``,
-``slow_call``, ``build`` and, where it guards more than the signature,
-``remember``, ``guard_passed``, ``handed_off`` and ``refused_call``;
+``library_call``, ``build`` and, where it guards more than the signature,
+``remember``, ``guard_passed`` and ``handed_off``;
 ``returned`` for a post hook; ``warm_key`` and ``build_loaded`` where its
 executables can be stored (jit's, filter_jit's; nnx.jit's misses are flax's
 calls, so its own ``_miss`` looks in the store).
@@ -35,7 +35,7 @@ from cpython.ref cimport Py_INCREF, Py_XDECREF
 
 from fastdispatch.core.cache cimport CacheEntry
 from fastdispatch.core.clock cimport now_ns
-from fastdispatch.core.execute cimport Delegate, Executable
+from fastdispatch.core.execute cimport HandOff, Executable
 from fastdispatch.core.outputs cimport Outputs
 from fastdispatch.core.pytree cimport TreeDef
 from fastdispatch.core.signature cimport (
@@ -74,7 +74,7 @@ cdef object _end_span = _jax.TRACE_ME.__exit__
 # only, so a hit never looks at it (fastdispatch.warm).
 cdef object _warm_store = None
 
-# What ``fallback`` returns up the stack: ``call`` then hands the call off.
+# What ``hand_off`` returns up the stack: ``call`` then hands the call off.
 cdef object _HAND_OFF = object()
 
 
@@ -122,7 +122,7 @@ cdef int stamp(CallTimes* times, Stage stage, str next_phase, str reason) except
     """``reached`` with a watcher on: with --trace, every stamp up to ``stage``
     not taken yet is taken now (so stamps never go backwards); under
     jax.profiler, the open phase's span ends and ``next_phase``'s begins, with
-    the fallback ``reason`` as its metadata."""
+    the hand-off's ``reason`` as its metadata."""
     cdef long long now
     if times.watch & WATCH_CLOCK:
         now = now_ns()
@@ -193,7 +193,7 @@ cdef class Engine:
 
     cdef object call(self, Call* call):
         """Every call: which watchers are on, then the front end's dispatch;
-        a hand-off (``fallback``) runs the library here, at the bottom of the
+        a hand-off (``hand_off``) runs the library here, at the bottom of the
         stack, so that an error it raises crosses three of our frames, not eight
         (each adds a traceback entry: ~0.2 us)."""
         cdef CallTimes times
@@ -206,8 +206,8 @@ cdef class Engine:
         if out is not _HAND_OFF:
             return out
         if times.watch:
-            return self._hand_off(call, &times)
-        return self.returned(call, self.slow_call(call))
+            return self._run_hand_off(call, &times)
+        return self.returned(call, self.library_call(call))
 
     cdef object _call_in_spans(self, Call* call, CallTimes* times):
         """``call`` under jax.profiler: the call's span, and its phases' inside."""
@@ -216,7 +216,7 @@ cdef class Engine:
         try:
             out = self.dispatch(call, times)
             if out is _HAND_OFF:
-                return self._hand_off(call, times)
+                return self._run_hand_off(call, times)
             return out
         finally:
             try:
@@ -224,13 +224,13 @@ cdef class Engine:
             finally:
                 _end_span(span, None, None, None)
 
-    cdef object _hand_off(self, Call* call, CallTimes* times):
-        """The library runs a call ``fallback`` handed to it, watched."""
+    cdef object _run_hand_off(self, Call* call, CallTimes* times):
+        """The library runs a call ``hand_off`` handed to it, watched."""
         cdef tuple recorded = <tuple>times.hand_off   # a new reference
         Py_XDECREF(times.hand_off)                     # the one times held
         times.hand_off = NULL
         try:
-            out = self.slow_call(call)
+            out = self.library_call(call)
         finally:
             # Recorded also when the library raises: the report counts the hand-off.
             ended(call, times, False, 0, recorded[0], recorded[1])
@@ -257,20 +257,20 @@ cdef class Engine:
         if signature is None:
             # An unhashable static argument, a tracer, a leaf jax refuses: the
             # library runs the call (and raises its error).
-            self.refused_call(call, _REFUSALS[refused])
-            return self.fallback(call, _REFUSALS[refused], times, None)
+            self.handed_off(call, None, _REFUSALS[refused])
+            return self.hand_off(call, _REFUSALS[refused], times, None)
         reached(times, AT_KEYED, "lookup")
         cdef CacheEntry entry
         try:
             entry = self.executables.find(signature)
         except Exception:
             # A static argument's __eq__ raised: the library reports it its way.
-            self.refused_call(call, _reasons.STATIC_ARGUMENT_ERROR)
-            return self.fallback(call, _reasons.STATIC_ARGUMENT_ERROR, times, signature)
+            self.handed_off(call, None, _reasons.STATIC_ARGUMENT_ERROR)
+            return self.hand_off(call, _reasons.STATIC_ARGUMENT_ERROR, times, signature)
         if entry is None:
             reason = _slow_path_reason()
             if reason is not None:
-                return self.fallback(call, reason, times, signature)
+                return self.hand_off(call, reason, times, signature)
             entry = self.executables.insert(signature)
             if _warm_store is not None:
                 return self.warm(call, entry, leaves, times, _warm_store)
@@ -287,15 +287,15 @@ cdef class Engine:
         if entry.executable is None:
             # An entry the library runs (numpy arguments, effects): still a
             # hit, found by the guard, so the hand-off costs as little as it can.
-            self.handed_off(call, entry, entry.slow_reason)
-            return self.fallback(call, entry.slow_reason, times, entry.signature)
+            self.handed_off(call, entry, entry.hand_off_reason)
+            return self.hand_off(call, entry.hand_off_reason, times, entry.signature)
         reached(times, AT_FOUND, "launch")
         outputs = entry.executable.run(
             leaves, &times.launched if times.watch & WATCH_CLOCK else NULL)
-        if type(outputs) is Delegate:
-            self.handed_off(call, entry, (<Delegate>outputs).reason)
-            return self.fallback(call, (<Delegate>outputs).reason, times, entry.signature)
-        out = (<Outputs>finish).build(outputs)
+        if type(outputs) is HandOff:
+            self.handed_off(call, entry, (<HandOff>outputs).reason)
+            return self.hand_off(call, (<HandOff>outputs).reason, times, entry.signature)
+        out = (<Outputs>finish).rebuild(outputs)
         ended(call, times, True, 0, None, entry.signature)
         return self.returned(call, out)
 
@@ -307,7 +307,7 @@ cdef class Engine:
         reached(times, AT_FOUND, "compile")   # the library's own spans nest inside
         cdef long long began = now_ns()
         try:
-            out = self.slow_call(call)
+            out = self.library_call(call)
         except BaseException as error:
             self.executables.fail(entry, error)
             ended(call, times, False, now_ns() - began, _reasons.COMPILE_ERROR, entry.signature)
@@ -319,13 +319,13 @@ cdef class Engine:
             executable, finish = self.build(call, entry, leaves, out)
         except NotFast as refusal:
             reason = refusal.reason
-            entry.slow_detail = refusal.detail
+            entry.hand_off_detail = refusal.detail
         except Exception as error:
             reason = _reasons.EXECUTABLE_NOT_REUSABLE
-            entry.slow_detail = repr(error)
+            entry.hand_off_detail = repr(error)
         self.executables.complete(entry, executable, finish, reason, (compiled_at - began) / 1e9)
         self.remember(call, entry, entry.signature)
-        ended(call, times, False, compiled_at - began, entry.slow_reason, entry.signature)
+        ended(call, times, False, compiled_at - began, entry.hand_off_reason, entry.signature)
         return self.returned(call, out)
 
     cdef object warm(self, Call* call, CacheEntry entry, list leaves, CallTimes* times,
@@ -360,7 +360,7 @@ cdef class Engine:
         self.remember(call, entry, entry.signature)
         return self.run(call, entry, finish, leaves, times)
 
-    cdef object fallback(self, Call* call, str reason, CallTimes* times,
+    cdef object hand_off(self, Call* call, str reason, CallTimes* times,
                          CallSignature signature):
         """The one hand-off: the library runs the call as the caller made it.
         Only recorded here; ``call`` runs it, once this returns (every caller
@@ -387,11 +387,11 @@ cdef class Engine:
     # -- the front end's hooks ---------------------------------------------
 
     cdef object dispatch(self, Call* call, CallTimes* times):
-        """The call's own steps up to lookup (or a hit, or a fallback)."""
+        """The call's own steps up to lookup (or a hit, or a hand-off)."""
         raise NotImplementedError
 
-    cdef object slow_call(self, Call* call):
-        """The library's own call: the miss and the fallback."""
+    cdef object library_call(self, Call* call):
+        """The library's own call: a miss's, and a hand-off's."""
         raise NotImplementedError
 
     cdef tuple build(self, Call* call, CacheEntry entry, list leaves, object out):
@@ -417,15 +417,14 @@ cdef class Engine:
         previous.signature = signature
         self.previous = previous
 
-    cdef void refused_call(self, Call* call, str reason):
-        """The library takes a call the fast path refused, for ``reason``."""
-
     cdef void guard_passed(self, Call* call, PreviousCall previous, list leaves):
         """The call matched the previous one's signature, with these leaves;
         ``previous.entry`` runs it next."""
 
     cdef void handed_off(self, Call* call, CacheEntry entry, str reason):
-        """The library takes a call on ``entry``, for ``reason``."""
+        """The library takes a call on ``entry``, for ``reason``; ``entry`` is
+        None where the fast path refused the call before finding one (an
+        unhashable static argument, a leaf it does not key)."""
 
     cdef object returned(self, Call* call, object out):
         """The output, after the call's post hook (jit's)."""

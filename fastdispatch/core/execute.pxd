@@ -3,7 +3,7 @@ from cpython.object cimport PyObject
 from fastdispatch.core.signature cimport CallSignature, LeafKind
 
 # Why Executable.run handed a call back to jax.jit: the reason --trace shows.
-cdef class Delegate:
+cdef class HandOff:
     cdef readonly str reason
 
 # How a call's flat leaves become an executable's kept inputs.
@@ -20,7 +20,7 @@ cdef class Inputs:
     cdef list last_scalars             # per kept input: the last value's bits met (SCALAR), or None
 
     # The executable's input buffers (a new list) for a call's flat leaves
-    # (a list or a tuple), or a Delegate when the library must run the call
+    # (a list or a tuple), or a HandOff when the library must run the call
     # (a host value that does not convert, a new scalar value jax converts faster).
     cdef object prepare(self, object leaves)
     # For new_scalars_to_jax: some scalar leaf holds a value neither kept on
@@ -45,7 +45,7 @@ cdef class Executable:
     cdef bint calls_host               # it runs Python on the host (callbacks, effects)
     cdef bint paced                    # a launch on several CPU devices: see _pace
 
-    # The flat outputs (a list) of one call on its flat leaves, or a Delegate
+    # The flat outputs (a list) of one call on its flat leaves, or a HandOff
     # when the library must run it after all (see Inputs.prepare).  With
     # tracing on, launched[0] is stamped once the executable has returned.
     cdef object run(self, object leaves, long long* launched)
@@ -55,9 +55,9 @@ cdef class Executable:
 # An Executable for `compiled`, compiled for `signature` on the call whose
 # flat leaves are `leaves`; raises NotFast (fastdispatch._reasons) with why
 # the library must run it instead.
-# jax_is_fallback: the caller hands the calls it does not run to jax.jit's C++
+# hand_off_to_jax: the caller hands the calls it does not run to jax.jit's C++
 # path, which converts host values faster than this layer: small entries leave
-# host data and new scalar values to it.  A front end whose fallback is a
+# host data and new scalar values to it.  A front end whose hand-off is a
 # library's Python call (equinox's, flax's) converts them here.
 cdef Executable make_executable(object compiled, CallSignature signature, list leaves,
-                                bint donates, bint jax_is_fallback)
+                                bint donates, bint hand_off_to_jax)

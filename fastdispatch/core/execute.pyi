@@ -13,7 +13,7 @@ class HostInput(NamedTuple):
     devices: list[Any]
     cast: bool
 
-class Delegate:
+class HandOff:
     reason: str
     def __init__(self, reason: str) -> None: ...
 

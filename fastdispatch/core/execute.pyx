@@ -122,28 +122,28 @@ cdef inline void _pace(object token):
             pass   # the launch's own outputs carry its error to whoever reads them
 
 
-cdef class Delegate:
+cdef class HandOff:
     """Executable.run's answer when the library must take the call after all."""
 
     def __init__(self, str reason):
         self.reason = reason
 
     def __repr__(self):
-        return f"Delegate({self.reason!r})"
+        return f"HandOff({self.reason!r})"
 
 
 # A host value that does not convert (an int too large for int32, a transfer
 # the guard disallows): jax.jit raises its own error.
-cdef Delegate _NO_CONVERSION = Delegate(_reasons.SCALAR_CONVERSION)
+cdef HandOff _NO_CONVERSION = HandOff(_reasons.SCALAR_CONVERSION)
 # A Python scalar value not seen before, on an entry too small to gain from
 # converting it here: jax.jit converts it faster.
-cdef Delegate _NEW_SCALAR = Delegate(_reasons.NEW_SCALAR)
+cdef HandOff _NEW_SCALAR = HandOff(_reasons.NEW_SCALAR)
 
 
 # An input array deleted (``.delete()``, or donated to an earlier call): the
 # library raises its own error for it (jax.jit: "Array has been deleted ...";
 # for a donated one, the error the launch gave), before anything runs.
-cdef Delegate _DELETED_INPUT = Delegate(_reasons.DELETED_INPUT)
+cdef HandOff _DELETED_INPUT = HandOff(_reasons.DELETED_INPUT)
 
 
 cdef bint _any_deleted(object leaves) except -1:
@@ -219,7 +219,7 @@ cdef class Inputs:
                 leaf = getattr(leaf, _KEY_BUFFER)
             elif kind == LEAF_SCALAR:
                 leaf = self._scalar_buffer(j, leaf, reuse)
-                if type(leaf) is Delegate:
+                if type(leaf) is HandOff:
                     return leaf
             elif kind == LEAF_HOST:
                 # numpy memory is mutable: converted on every call, never kept.
@@ -255,7 +255,7 @@ cdef class Inputs:
         return True
 
     cdef object _scalar_buffer(self, Py_ssize_t input, object value, bint reuse):
-        """A device array for a Python scalar input, or a Delegate.
+        """A device array for a Python scalar input, or a HandOff.
 
         Constants (a learning rate passed every step) are converted once and
         reused: arrays are immutable, unless donated, so functions that donate
@@ -291,7 +291,7 @@ cdef class Executable:
         cdef object buffers = leaves   # every leaf an array the executable keeps
         if not self.inputs.as_is:
             buffers = self.inputs.prepare(leaves)
-            if type(buffers) is Delegate:
+            if type(buffers) is HandOff:
                 return buffers
         try:
             if self.with_tokens:
@@ -369,7 +369,7 @@ cdef inline bint _convertible_host_value(object leaf, object aval) except -1:
 
 
 cdef Executable make_executable(object compiled, CallSignature signature, list leaves,
-                                bint donates, bint jax_is_fallback):
+                                bint donates, bint hand_off_to_jax):
     if compiled.in_tree.num_leaves != signature.num_leaves:
         # Never expected: our flattening of the arguments must be jax's.
         raise NotFast(_reasons.ARGUMENTS_FLATTEN_DIFFERENTLY)
@@ -406,7 +406,7 @@ cdef Executable make_executable(object compiled, CallSignature signature, list l
                 actual == expected or actual.is_equivalent_to(expected, leaf.ndim)):
             raise NotFast(_reasons.RESHARD)
     cdef Py_ssize_t num_other = n - num_host - num_scalars
-    if jax_is_fallback and num_host and num_other < HOST_BREAK_EVEN_LEAVES * (num_host + num_cast):
+    if hand_off_to_jax and num_host and num_other < HOST_BREAK_EVEN_LEAVES * (num_host + num_cast):
         raise NotFast(_HOST_DATA)
 
     cdef Inputs inputs = Inputs.__new__(Inputs)
@@ -430,7 +430,7 @@ cdef Executable make_executable(object compiled, CallSignature signature, list l
         _scalar_bits(leaves[inputs.input_leaf[j]])
         if inputs.input_kind[j] == LEAF_SCALAR else None for j in range(n)]
     inputs.reuse_scalar_buffers = not donates
-    inputs.new_scalars_to_jax = jax_is_fallback and (
+    inputs.new_scalars_to_jax = hand_off_to_jax and (
         num_scalars > 0 and num_other < NEW_SCALAR_BREAK_EVEN_LEAVES * num_scalars)
 
     cdef Executable executable = Executable.__new__(Executable)

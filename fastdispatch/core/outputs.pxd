@@ -5,7 +5,7 @@ from fastdispatch.core.pytree cimport TreeDef
 
 cdef class Outputs:
     # The call's result from the executable's flat outputs (a list).
-    cdef object build(self, list outputs)
+    cdef object rebuild(self, list outputs)
 
 
 @cython.final

@@ -14,14 +14,14 @@ from fastdispatch.core.pytree cimport TreeDef, flatten_into
 cdef class Outputs:
     """The result of a call from its executable's flat outputs."""
 
-    cdef object build(self, list outputs):
+    cdef object rebuild(self, list outputs):
         raise NotImplementedError
 
 
 cdef class OutputTree(Outputs):
     """jax's output tree, rebuilt by our TreeDef where the two agree."""
 
-    cdef object build(self, list outputs):
+    cdef object rebuild(self, list outputs):
         if self.single:
             return <object>PyList_GET_ITEM(outputs, 0)
         if self.treedef is not None:

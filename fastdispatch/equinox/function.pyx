@@ -67,14 +67,37 @@ cdef str _DONATE_FIRST = sys.intern("donate_first")
 cdef str _DONATE_REST = sys.intern("donate_rest")
 cdef str _FILTER_WARNING = sys.intern("filter_warning")
 
-# Where the static parts of a call sit in its CallSignature's static_args,
-# (label, type, value) triples as for every front end: the function's static
-# part, (donate first, donate rest), and each leaf's static value (None where
-# an array is).
-cdef enum:
-    _FUN = 2
-    _DONATE = 5
-    _LEAVES = 8
+
+# A call's static part, as its CallSignature's static_args hold it: (label,
+# type, value) triples as for every front end.  Written by _static_part, read
+# by the three below it: the one place its layout is.
+cdef inline tuple _static_part(object static_fun, bint donate_first, bint donate_rest,
+                               tuple leaves):
+    return ("fun", type(static_fun), static_fun,              # the function's static part
+            "donate", tuple, (donate_first, donate_rest),     # which arrays it donates
+            "leaves", tuple, leaves)                          # each leaf's static value; None: an array
+
+
+cdef inline object _static_fun_of(CallSignature signature):
+    return <object>PyTuple_GET_ITEM(signature.static_args, 2)
+
+
+cdef inline tuple _donation_of(CallSignature signature):
+    return <tuple>PyTuple_GET_ITEM(signature.static_args, 5)
+
+
+cdef inline tuple _static_leaves_of(CallSignature signature):
+    return <tuple>PyTuple_GET_ITEM(signature.static_args, 8)
+
+
+cdef inline list _input_order(list first, list fun, list rest, bint donate_first, bint donate_rest):
+    """The executable's inputs (or their paths) in equinox's order: the first
+    argument's arrays, the function's own, the rest's.  jax flattens equinox's
+    dicts of donated and kept arrays by key ("first" < "fun" < "rest"), so with
+    the rest donated and the first kept, the donated dict (fun, rest) leads."""
+    if donate_rest and not donate_first:
+        return fun + rest + first
+    return first + fun + rest
 
 # Bound plans kept per dispatcher (wrappers made anew each call bring new
 # signature objects): past this many, the table starts again.
@@ -346,7 +369,7 @@ cdef class OutputRecipe(Outputs):
     def __dealloc__(self):
         PyMem_Free(self.source)
 
-    cdef object build(self, list outputs):
+    cdef object rebuild(self, list outputs):
         cdef Py_ssize_t i, k
         cdef object value
         if self.single >= 0:
@@ -424,22 +447,20 @@ cdef class _Front:
     def leaf_paths(self, CallSignature signature):
         from jax.tree_util import FlattenedIndexKey
 
-        donate_first, donate_rest = signature.static_args[_DONATE]
-        static = signature.static_args[_LEAVES]
+        donate_first, donate_rest = _donation_of(signature)
+        static = _static_leaves_of(signature)
         paths = signature.treedef.leaf_paths()
         dynamic = [path for path, value in zip(paths, static) if value is None]
         first = [path for path in dynamic if _in_first(path)]
         rest = [path for path in dynamic if not _in_first(path)]
         fun = [("fun", FlattenedIndexKey(i)) for i in range(signature.num_leaves - len(dynamic))]
-        if donate_rest and not donate_first:
-            return fun + rest + first
-        return first + fun + rest
+        return _input_order(first, fun, rest, donate_first, donate_rest)
 
     def static_items(self, CallSignature signature):
         # Labelled by path (reports name the argument), then the function's own.
         items = [(path, value) for path, value in zip(
-            signature.treedef.leaf_paths(), signature.static_args[_LEAVES]) if value is not None]
-        items.append((("fun",), signature.static_args[_FUN][0]))
+            signature.treedef.leaf_paths(), _static_leaves_of(signature)) if value is not None]
+        items.append((("fun",), _static_fun_of(signature)[0]))
         return items
 
 
@@ -520,11 +541,11 @@ cdef class FilterDispatcher(Engine):
         cdef dict kwargs = <dict>call.kwargs
         cdef dict fields = PyObject_GenericGetDict(<object>call.function, NULL)
         if not trace_state_clean():   # first: a hand-off under a transformation needs no context
-            return self.fallback(call, _TRACER, times, None)
+            return self.hand_off(call, _TRACER, times, None)
         context = trace_context()
         cdef BindPlan plan = self.plan_for(<object>PyDict_GetItem(fields, _SIGNATURE), args, kwargs)
         if plan.refused:
-            return self.fallback(call, _ARGUMENT_BINDING, times, None)
+            return self.hand_off(call, _ARGUMENT_BINDING, times, None)
         cdef SameCall same = self.same
         cdef list inputs
         if same is not None:
@@ -561,15 +582,15 @@ cdef class FilterDispatcher(Engine):
             elif kind == LEAF_SCALAR or (kind == LEAF_OTHER and not _array_like(leaf, self.is_array)):
                 slot = leaf
             else:
-                return self.fallback(
+                return self.hand_off(
                     call, _TRACER if kind == LEAF_TRACER else _UNSUPPORTED_LEAF, times, None)
             Py_INCREF(slot)
             PyTuple_SET_ITEM(static, i, slot)
         if n <= first_end:
             first_dynamic = PyList_GET_SIZE(dynamic)
 
-        # The executable's inputs, in equinox's order: jax flattens its dicts
-        # of donated and kept arrays by key ("first" < "fun" < "rest").
+        # The executable's inputs, in equinox's order (_input_order); the
+        # arrays as they are where that is their order already.
         cdef bint donate_first = <object>PyDict_GetItem(fields, _DONATE_FIRST) is True
         cdef bint donate_rest = <object>PyDict_GetItem(fields, _DONATE_REST) is True
         inputs = dynamic
@@ -578,15 +599,12 @@ cdef class FilterDispatcher(Engine):
         for leaf in fun_dynamic:
             kind = classify_leaf(leaf)
             if kind != LEAF_ARRAY and kind != LEAF_KEY:
-                return self.fallback(call, _HOST_DATA, times, None)
-        if donate_rest and not donate_first:
-            inputs = fun_dynamic + dynamic[first_dynamic:] + dynamic[:first_dynamic]
-        elif fun_dynamic:
-            inputs = dynamic[:first_dynamic] + fun_dynamic + dynamic[first_dynamic:]
-        static_fun = <object>PyDict_GetItem(fields, _STATIC_FUN)
-        static_args = ("fun", type(static_fun), static_fun,
-                       "donate", tuple, (donate_first, donate_rest),
-                       "leaves", tuple, static)
+                return self.hand_off(call, _HOST_DATA, times, None)
+        if fun_dynamic or (donate_rest and not donate_first):
+            inputs = _input_order(dynamic[:first_dynamic], fun_dynamic, dynamic[first_dynamic:],
+                                  donate_first, donate_rest)
+        static_args = _static_part(<object>PyDict_GetItem(fields, _STATIC_FUN),
+                                   donate_first, donate_rest, static)
 
         return self.lookup(call, treedef, inputs, static_args, context, plan.arg_names, _FRONT,
                            times)
@@ -629,7 +647,7 @@ cdef class FilterDispatcher(Engine):
         else:
             self.same = same
 
-    cdef object slow_call(self, Call* call):
+    cdef object library_call(self, Call* call):
         """equinox's own call (its frames, warnings and errors)."""
         return self.equinox_call(<object>call.function, *<tuple>call.args, **<dict>call.kwargs)
 
@@ -661,7 +679,7 @@ cdef class FilterDispatcher(Engine):
         return executable, recipe
 
     cdef Executable _executable(self, object compiled, CacheEntry entry, list leaves):
-        cdef bint donates = any(entry.signature.static_args[_DONATE])
+        cdef bint donates = any(_donation_of(entry.signature))
         cdef Executable executable = make_executable(
             compiled, entry.signature, leaves, donates, False)
         if executable.calls_host:
@@ -675,7 +693,7 @@ cdef class FilterDispatcher(Engine):
         if self.warm_options is None:
             return None
         found = PyDict_GetItem(PyObject_GenericGetDict(<object>call.function, NULL), _FILTER_WARNING)
-        if any(signature.static_args[_DONATE]) and (found == NULL or <object>found is not True):
+        if any(_donation_of(signature)) and (found == NULL or <object>found is not True):
             # donate="warn": the caller asked for jax's compile-time warning
             # about donated buffers it cannot use, which a load would not give.
             store.refuse(self.jitted, _reasons.WARM_DONATION_WARNINGS,

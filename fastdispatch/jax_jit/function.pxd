@@ -34,16 +34,16 @@ cdef class CallShape:
     cdef Py_ssize_t nargs                  # positional arguments
     cdef object kwnames                    # keyword names (a tuple), or None
     cdef tuple arg_types                   # the type of each argument in the array
-    cdef str hand_off                      # jax.jit took the last call: hand off before flattening
+    cdef str reason                        # why jax.jit took the last call: hand off before flattening
     cdef unsigned int hand_offs            # calls handed off so: every 64th is flattened again
     cdef bint matches(self, Call* call)
-    cdef bint hands_off(self, Call* call)
+    cdef bint hand_off_now(self, Call* call)
 
 
 @cython.final
 cdef class PreviousJitCall(PreviousCall):
     cdef CallLayout layout                 # its layout, when all its arguments were leaves
-    cdef bint hands_off                    # jax.jit runs its entry for the leaves' sake (numpy)
+    cdef bint hand_off_guarded             # jax.jit runs its entry for the leaves' sake (numpy)
     # Calls whose arguments are trees (no layout): the shape of the call's
     # argument array, and why jax.jit took its last call for its leaves' sake
     # (numpy values it converts faster, a step counter's new value), or None.
@@ -69,5 +69,5 @@ cdef class CompiledFunction(Engine):
     cdef object _flatten(self, Call* call, tuple context, CallTimes* times)
     cdef tuple _split_static(self, tuple args, dict kwargs)
     cdef tuple _from_compiled(self, CacheEntry entry, list leaves, object compiled,
-                              bint jax_is_fallback)
+                              bint hand_off_to_jax)
     cdef object _warm_save(self, CacheEntry entry, object compiled, object traced, str reason)

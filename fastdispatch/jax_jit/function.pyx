@@ -17,7 +17,7 @@ One call, in the order the code runs (docs/architecture.md):
 
 Python calls arrive through the vectorcall slot, the only way in (``__call__``
 forwards to it).  Whatever the fast path cannot run, jax.jit itself runs (the
-engine's fallback), with the reason recorded for ``--trace``; so results never
+engine's hand-off), with the reason recorded for ``--trace``; so results never
 differ from jax.jit's.
 """
 import functools
@@ -286,7 +286,7 @@ cdef inline str _hand_off_reason(PreviousJitCall previous, Call* call):
     jax's context, or None: the previous call's entry is one jax.jit runs for
     its numpy leaves, or this call brings a Python scalar value its executable
     leaves to jax (see Inputs.new_scalar_in)."""
-    if previous.hands_off:
+    if previous.hand_off_guarded:
         return _HOST_DATA
     cdef Executable executable = previous.entry.executable
     if executable is None or not executable.inputs.new_scalars_to_jax:
@@ -321,17 +321,17 @@ cdef class CallShape:
                 return False
         return True
 
-    cdef bint hands_off(self, Call* call):
+    cdef bint hand_off_now(self, Call* call):
         """jax.jit takes this call as it took the last of this shape, before
         it is flattened; but every 64th goes the whole way again, in case its
         leaves (or jax's choice) have changed."""
-        if self.hand_off is None or not self.matches(call):
+        if self.reason is None or not self.matches(call):
             return False
         self.hand_offs += 1
         return (self.hand_offs & 63) != 0
 
 
-cdef CallShape _shape_of(Call* call, str hand_off):
+cdef CallShape _shape_of(Call* call, str reason):
     cdef CallShape shape = CallShape.__new__(CallShape)
     shape.nargs = PyVectorcall_NARGS(call.nargsf)
     shape.kwnames = None if call.kwnames == NULL else <object>call.kwnames
@@ -339,7 +339,7 @@ cdef CallShape _shape_of(Call* call, str hand_off):
     if call.kwnames != NULL:
         n += PyTuple_GET_SIZE(<tuple>call.kwnames)
     shape.arg_types = tuple([type(<object>call.argv[i]) for i in range(n)])
-    shape.hand_off = hand_off
+    shape.reason = reason
     return shape
 
 
@@ -453,11 +453,11 @@ cdef class CompiledFunction(Engine):
         """The guard on the argument array, jax's state, then flatten and lookup."""
         cdef PreviousJitCall previous = <PreviousJitCall>self.previous
         cdef bint guarded = False
-        if self._refused is not None and self._refused.hands_off(call):
+        if self._refused is not None and self._refused.hand_off_now(call):
             # The last call of this shape was one jax.jit raises for (an
             # unhashable static argument, a leaf it rejects): this one goes to
             # it unflattened.
-            return self.fallback(call, self._refused.hand_off, times, None)
+            return self.hand_off(call, self._refused.reason, times, None)
         if previous is not None and not previous.entry.evicted:
             if previous.layout is not None:
                 guarded = previous.layout.guard(call, previous.signature)
@@ -469,20 +469,20 @@ cdef class CompiledFunction(Engine):
                     reason = _hand_off_reason(previous, call)
                     if reason is not None:
                         self.executables.touch(previous.entry)
-                        return self.fallback(call, reason, times, previous.signature)
-            elif previous.shape.hands_off(call):
+                        return self.hand_off(call, reason, times, previous.signature)
+            elif previous.shape.hand_off_now(call):
                 # A call of trees laid out as the previous one, which jax.jit
                 # took for its leaves' sake: it takes this one too, unflattened.
-                return self.fallback(call, previous.shape.hand_off, times, None)
+                return self.hand_off(call, previous.shape.reason, times, None)
         if not trace_state_clean():   # first: a hand-off under a transformation needs no context
-            return self.fallback(call, _TRACER, times, None)
+            return self.hand_off(call, _TRACER, times, None)
         context = trace_context()
         if previous is not None and not previous.signature.same_context(context):
             # jax's settings changed since the previous call: one jax.jit
             # itself runs (disable_jit, say) goes to it before flattening.
             reason = _slow_path_reason()
             if reason is not None:
-                return self.fallback(call, reason, times, None)
+                return self.hand_off(call, reason, times, None)
         elif guarded:
             return self.run(call, previous.entry, previous.entry.finish,
                             previous.layout.leaves(call), times)
@@ -503,7 +503,7 @@ cdef class CompiledFunction(Engine):
 
     # -- the engine's hooks ------------------------------------------------
 
-    cdef object slow_call(self, Call* call):
+    cdef object library_call(self, Call* call):
         """jax.jit runs the call as the caller made it."""
         return PyObject_Vectorcall(self._jitted, call.argv, call.nargsf, call.kwnames)
 
@@ -565,11 +565,11 @@ cdef class CompiledFunction(Engine):
                 output_tree(out_tree))
 
     cdef tuple _from_compiled(self, CacheEntry entry, list leaves, object compiled,
-                              bint jax_is_fallback):
+                              bint hand_off_to_jax):
         """(Executable, Outputs) of a jax.stages.Compiled: jax.jit's just now,
         or one loaded from the warm-start store (see make_executable)."""
         return (make_executable(compiled, entry.signature, leaves, self._donates,
-                                jax_is_fallback),
+                                hand_off_to_jax),
                 output_tree(compiled.out_tree))
 
     cdef void remember(self, Call* call, CacheEntry entry, CallSignature signature):
@@ -583,26 +583,26 @@ cdef class CompiledFunction(Engine):
         previous.layout = _layout_of(args, kwargs,
                                      None if call.kwnames == NULL else <object>call.kwnames,
                                      self._static_argnames, signature)
-        previous.hands_off = (previous.layout is not None and entry.executable is None
-                              and entry.slow_reason is _HOST_DATA)
+        previous.hand_off_guarded = (previous.layout is not None and entry.executable is None
+                                     and entry.hand_off_reason is _HOST_DATA)
         previous.shape = _shape_of(call, None)
         self.previous = previous
         self._refused = None
 
-    cdef void refused_call(self, Call* call, str reason):
-        """The fast path refused the call (jax.jit raises for it, as a rule):
-        the next of its shape goes to jax.jit before it is flattened."""
-        self._refused = _shape_of(call, reason)
-
     cdef void handed_off(self, Call* call, CacheEntry entry, str reason):
-        """jax.jit takes a call on ``entry``: where it did for the leaves' sake
-        and the call's arguments are trees, the next call laid out alike goes
-        to jax.jit before it is flattened (see dispatch)."""
+        """jax.jit takes a call.  Refused before any entry was found (None: jax.jit
+        raises for it, as a rule): the next of its shape goes to jax.jit before
+        it is flattened.  On ``entry``, for the leaves' sake, where the call's
+        arguments are trees: the next call laid out alike goes to jax.jit
+        before it is flattened (see dispatch)."""
+        if entry is None:
+            self._refused = _shape_of(call, reason)
+            return
         cdef PreviousJitCall previous = <PreviousJitCall>self.previous
         if previous is None or previous.entry is not entry or previous.layout is not None:
             return
         if reason is _HOST_DATA or reason is _NEW_SCALAR:
-            previous.shape.hand_off = reason
+            previous.shape.reason = reason
 
     cdef object returned(self, Call* call, object out):
         """The one post-hook check, then the output."""

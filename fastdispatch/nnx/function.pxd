@@ -72,7 +72,7 @@ cdef class Record(Outputs):
 
 
 cdef class NnxJitFunction(Engine):
-    cdef readonly object flax_function  # flax's own nnx.jit of the function: misses and fallbacks
+    cdef readonly object flax_function  # flax's own nnx.jit of the function: misses and hand-offs
     cdef readonly object jitted         # its jax.jit (jax's own): the source of executables
     cdef readonly bint fast             # graph mode with graph updates, no sharding prefixes
     # fastdispatch.nnx.miss(function, args, kwargs, holding, warm store): flax's

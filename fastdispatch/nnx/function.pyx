@@ -367,7 +367,7 @@ cdef class Record(Outputs):
         """Write the roots' new values (the first outputs) into their slots."""
         self.write(outputs)
 
-    cdef object build(self, list outputs):
+    cdef object rebuild(self, list outputs):
         """Write the roots' new values into their slots; return the function's output."""
         self.write(outputs)
         if self.out_treedef.num_nodes == 1 and self.out_treedef.num_leaves == 1:
@@ -427,9 +427,9 @@ cdef class NnxJitFunction(Engine):
         cdef list inputs
         cdef Py_ssize_t i
         if not self.fast:
-            return self.fallback(call, _NOT_GRAPH_UPDATES, times, None)
+            return self.hand_off(call, _NOT_GRAPH_UPDATES, times, None)
         if not trace_state_clean():
-            return self.fallback(call, _TRACER, times, None)
+            return self.hand_off(call, _TRACER, times, None)
         # nnx.cached_partial hands its call a static cache of the graph's
         # traversal, for flax's update context to take; a call a record serves
         # traverses nothing, so the cache is taken here, and given back to
@@ -472,7 +472,7 @@ cdef class NnxJitFunction(Engine):
             # walked twice: costlier than flax's call itself).
             self.refusals += 1
             if self.refusals & 63:
-                return self.fallback(call, self.refusal, times, None)
+                return self.hand_off(call, self.refusal, times, None)
         return self._miss(call, holding, times)
 
     cdef object _miss(self, Call* call, Record holding, CallTimes* times):
@@ -507,7 +507,7 @@ cdef class NnxJitFunction(Engine):
                 entry = self._new_entry(graph)
                 compiled = True
             if entry.executable is None:
-                refusal = entry.slow_reason
+                refusal = entry.hand_off_reason
             elif holding is not None and graph.guards is holding.guards:
                 # The graph of a record, in another shape: one more it runs.
                 holding.add_shape(graph.signature, entry, graph.out_treedef)
@@ -543,7 +543,7 @@ cdef class NnxJitFunction(Engine):
             reason = refusal.reason
         return self.entry_for(graph.signature, executable, reason, graph.seconds)
 
-    cdef object slow_call(self, Call* call):
+    cdef object library_call(self, Call* call):
         """flax's own nnx.jit call."""
         return self.flax_function(*<tuple>call.args, **<dict>call.kwargs)
 
