@@ -9,19 +9,20 @@ import numpy
 from Cython.Build import cythonize
 from setuptools import Extension, setup
 
-# One extension per concept, in the order of one call (see docs/architecture.md).
+# One extension per concept, by layer: the core in the order of one call, then
+# the front ends, each in its own package (see docs/architecture.md).
 MODULES = [
-    "_pytree",
-    "_signature",
-    "_unchanged",  # the identity guard's proof that a tree's objects are unchanged
-    "_execute",
-    "_outputs",
-    "_cache",
-    "_engine",  # the steps of a call, under every front end
-    "_dispatch",
-    "_filter",  # the equinox front end's hot path
-    "_nnx",  # the flax NNX front end's hot path
-    "_device_put",  # device_put: host data to devices
+    "core/pytree",
+    "core/signature",
+    "core/execute",
+    "core/outputs",
+    "core/cache",
+    "core/engine",  # the steps of a call, under every front end
+    "jax_jit/function",  # the jit front end: CompiledFunction
+    "jax_jit/transfer",  # device_put: host data to devices
+    "equinox/unchanged",  # filter_jit's identity guard: a tree's objects are unchanged
+    "equinox/function",  # the equinox front end's hot path
+    "nnx/function",  # the flax NNX front end's hot path
 ]
 
 COMPILER_DIRECTIVES = {
@@ -37,7 +38,7 @@ COMPILER_DIRECTIVES = {
 # Cython's runtime look-up of whether to show C lines, once per frame.
 extensions = [
     Extension(
-        f"fastdispatch.{name}",
+        "fastdispatch." + name.replace("/", "."),
         [f"fastdispatch/{name}.pyx"],
         include_dirs=[numpy.get_include()],
         define_macros=[

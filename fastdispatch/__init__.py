@@ -8,12 +8,12 @@ import os
 from fastdispatch._jax import UNSUPPORTED, UnsupportedJaxError, UnsupportedJaxWarning
 
 if UNSUPPORTED is None:
-    from fastdispatch import _pytree
-    from fastdispatch._cache import CompiledFunctionCache, default_cache
-    from fastdispatch._device_put import device_put
-    from fastdispatch._dispatch import CompiledFunction, jit, set_post_hook
-    from fastdispatch.arg_signature import ArgSignature, arg_signature_of_value, is_float0
-    from fastdispatch.state import (
+    from fastdispatch.core import descriptions as _descriptions
+    from fastdispatch.core import pytree as _pytree
+    from fastdispatch.core.cache import CompiledFunctionCache, default_cache
+    from fastdispatch.jax_jit.arg_signature import ArgSignature, arg_signature_of_value, is_float0
+    from fastdispatch.jax_jit.function import CompiledFunction, jit, set_post_hook
+    from fastdispatch.jax_jit.state import (
         JitState,
         get_enable_x64,
         global_state,
@@ -21,11 +21,16 @@ if UNSUPPORTED is None:
         set_thread_local_state_initialization_callback,
         thread_local_state,
     )
+    from fastdispatch.jax_jit.transfer import device_put
     from fastdispatch.tracing import assert_max_compiles, stats, trace
 
     # Plain jit reads equinox Modules (eqx.partition's halves, say) in C once the
     # program uses one: the equinox front end's field reader, loaded on first sight.
     _pytree.add_lazy_field_reader("equinox", "fastdispatch.equinox")
+    # --trace's recompile explanations read those libraries' nodes as their
+    # front ends say, each imported on first need (fastdispatch/core/descriptions.py).
+    _descriptions.speaks_for("equinox", "fastdispatch.equinox")
+    _descriptions.speaks_for("flax", "fastdispatch.nnx")
 
     # FASTDISPATCH_WARM_START=DIR turns warm start on for the whole program
     # (docs/warm-start.md); FASTDISPATCH_WARM_START_MAX_BYTES bounds the store,

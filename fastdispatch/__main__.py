@@ -190,10 +190,11 @@ def patch_jax():
 
 
 def patch_equinox(equinox):
+    import fastdispatch
     from fastdispatch.equinox import filter_jit, recognise_jit_wrappers
 
     equinox.filter_jit = filter_jit
-    recognise_jit_wrappers()
+    recognise_jit_wrappers(fastdispatch.CompiledFunction)
 
 
 def patch_nnx(flax_nnx):

@@ -55,7 +55,7 @@ Private names used, all read here only:
                                           parameters its lowering reads (warm start's checked key)
   jax._src.dispatch.needs_check_special   jax_debug_nans / jax_debug_infs
   jax._src.config.enable_x64, default_device (and disable_jit above)
-                                          the jit settings behind fastdispatch.state
+                                          the jit settings behind fastdispatch.jax_jit.state
   jaxlib Config.get_global, get_local, set_local, jaxlib config unset
                                           a setting's global and per-thread values
   State._update_thread_local_hook         what jax calls when a `with` block sets a value
@@ -544,7 +544,7 @@ def scalar_devices(sharding) -> tuple:
     return devices
 
 
-# -- jit settings (fastdispatch.state) ------------------------------------------------
+# -- jit settings (fastdispatch.jax_jit.state) ------------------------------------------------
 
 # Each is a jaxlib Config with a global value and a per-thread one that wins
 # when set: `with jax.disable_jit():`, `with jax.enable_x64(True):` and
@@ -574,7 +574,7 @@ def set_local_setting(setting, value) -> None:
         hook(None)
 
 
-# -- argument signatures (fastdispatch.arg_signature) ---------------------------------
+# -- argument signatures (fastdispatch.jax_jit.arg_signature) ---------------------------------
 
 # jaxlib's signature of one argument, for values the dispatcher hands to jax
 # without keying them itself (enums, float subclasses, strings, tracers).
@@ -830,7 +830,7 @@ def jitted_function(jitted):
     return getattr(jitted, "_fun", None)
 
 
-# -- jax.clear_caches (fastdispatch._cache) ----------------------------------------
+# -- jax.clear_caches (fastdispatch.core.cache) ----------------------------------------
 # jax.clear_caches() clears every cache registered with jax's util.register_cache
 # (held weakly, by an object offering cache_clear, cache_info and cache_keys).
 _register_cache = _need("jax._src.util", "register_cache")

@@ -1,11 +1,11 @@
 """Why a call left the fast path: every reason the dispatcher gives, once.
 
 A reason is an interned str, so that the hot path compares it by identity and
-the report prints it as it is.  ``docs/tracing.md``'s fallback table lists
+the report prints it as it is.  ``docs/tracing.md``'s hand-off table lists
 every one of them (tests/unit/test_reasons.py checks it).  Where the fast path
 will not run an executable, the code that finds out raises ``NotFast`` with
-one of these; where it will not run a call, it hands the reason to the
-engine's fallback.
+one of these; where it will not run a call, it hands the call off to the
+library with the reason (the engine's ``hand_off``).
 """
 
 import sys

@@ -58,7 +58,7 @@ class RecordingSink:
 @pytest.fixture
 def sink():
     """Every call of every front end, recorded while the test runs."""
-    from fastdispatch import _engine
+    from fastdispatch.core import engine as _engine
 
     recording = RecordingSink()
     _engine.set_trace_sink(recording)

@@ -10,7 +10,7 @@ def plain_jit_reads_equinox_modules_in_c():
     import numpy as np
 
     import fastdispatch
-    from fastdispatch import _pytree
+    from fastdispatch.core import pytree as _pytree
 
     assert "fastdispatch.equinox" not in sys.modules
     model = eqx.nn.MLP(3, 2, 4, 1, key=jax.random.key(0))

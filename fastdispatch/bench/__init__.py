@@ -9,7 +9,7 @@ raw PjRt limit, and checked against the group's reference first:
     equinox    equinox.filter_jit (reference), fastdispatch.filter_jit      (eqx.py)
     flax       flax.nnx.jit (reference), its tree mode, nnx.cached_partial,
                fastdispatch.nnx.jit, and it through nnx.cached_partial      (nnx.py)
-    pytree     fastdispatch._pytree against jax.tree_util                   (pytree.py)
+    pytree     fastdispatch.core.pytree against jax.tree_util                   (pytree.py)
 
 ``runner.py`` checks and times, ``report.py`` prints and writes.  Options::
 
@@ -50,6 +50,7 @@ from collections.abc import Callable
 import jax
 
 from . import dispatch, eqx, nnx, report
+from .machine import cpu_model
 from .runner import run_workload
 
 # (repeats, seconds per timed loop): full and --quick.
@@ -224,17 +225,6 @@ def _library_versions() -> dict:
     return versions
 
 
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def _git_commit() -> str:
     """The commit of the fastdispatch checkout being measured, when it is one."""
     try:
@@ -345,7 +335,7 @@ def _run_pytree_group(quick: bool) -> list[dict]:
     print("  running pytree ...", file=sys.stderr, flush=True)
     rows = pytree.run(repeats=QUICK[0] if quick else FULL[0])
     print(
-        "\npytree: fastdispatch._pytree against jax.tree_util, us per call "
+        "\npytree: fastdispatch.core.pytree against jax.tree_util, us per call "
         "(from fastdispatch/bench/pytree.py)"
     )
     print(pytree.format_table(rows))

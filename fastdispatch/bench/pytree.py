@@ -1,4 +1,4 @@
-"""Flatten and unflatten: fastdispatch._pytree against jax.tree_util, side by side.
+"""Flatten and unflatten: fastdispatch.core.pytree against jax.tree_util, side by side.
 
 Run: ``python -m fastdispatch.bench.pytree [--repeats N]``.
 
@@ -22,8 +22,8 @@ import jax.tree_util as jtu
 import jaxlib
 import numpy as np
 
-from fastdispatch import _pytree
-from fastdispatch.bench import cpu_model
+from fastdispatch.bench.machine import cpu_model
+from fastdispatch.core import pytree as _pytree
 
 
 @jtu.register_dataclass

@@ -26,7 +26,7 @@ from __future__ import annotations
 import contextlib
 import threading
 
-from fastdispatch import _engine
+from fastdispatch.core import engine as _engine
 
 # The recorder and the report (numpy, inspect, json) are imported by the first
 # trace, not by ``import fastdispatch``: a program that never traces skips them.

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import os
 
-from fastdispatch.tracing.recorder import PHASES
-from fastdispatch.tracing.report import trace_title
+from fastdispatch.tracing.names import PHASES, trace_title
 
 __all__ = ["chrome_trace"]
 

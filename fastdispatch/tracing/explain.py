@@ -16,14 +16,14 @@ from __future__ import annotations
 
 import dataclasses
 import re
-import sys
 
 import jax
 from jax.tree_util import keystr
 
 from fastdispatch import _jax
-from fastdispatch._pytree import first_difference
-from fastdispatch._signature import argument_of
+from fastdispatch.core import descriptions
+from fastdispatch.core.pytree import first_difference
+from fastdispatch.core.signature import argument_of
 
 __all__ = ["ArgumentLeaf", "Change", "Description", "describe", "explain_change", "signature_text"]
 
@@ -399,12 +399,11 @@ def _differences_inside(node_type, was, now) -> list:
     """``(attribute path, old repr or None, new repr or None, where a new
     function was defined)`` per value that differs between two static data
     of a ``node_type`` node."""
-    if type(now).__module__.startswith("flax.") and type(now).__name__ == "GraphDef":
-        from fastdispatch.nnx import graph_attributes
-
-        return _attribute_changes(graph_attributes(was), graph_attributes(now))
+    attributes = descriptions.attributes_reader(now)
+    if attributes is not None:
+        return _attribute_changes(attributes(was), attributes(now))
     if isinstance(was, tuple) and isinstance(now, tuple) and len(was) == len(now):
-        names = _static_field_names(node_type)
+        names = descriptions.aux_names(node_type)
         if names is None or len(names) != len(now):
             names = None
         return [
@@ -413,16 +412,6 @@ def _differences_inside(node_type, was, now) -> list:
             if a is not b and not _equal(a, b)
         ]
     return []
-
-
-def _static_field_names(node_type):
-    """An equinox Module's static field names by aux position, else None;
-    equinox is looked at only where the program imported it."""
-    if "equinox" not in sys.modules:
-        return None
-    from fastdispatch.equinox import static_field_names
-
-    return static_field_names(node_type)
 
 
 _ABSENT = object()

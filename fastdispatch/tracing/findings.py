@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from fastdispatch.tracing.names import label, trace_title
 from fastdispatch.tracing.sites import short
 
 __all__ = ["Finding", "summary"]
@@ -56,8 +57,6 @@ def summary(trace) -> dict:
     """The whole report as data (JSON-ready): title, wall time and its split,
     the function table, the executables kept, the findings."""
     from fastdispatch._jax import process_of_program
-    from fastdispatch.tracing.recorder import label
-    from fastdispatch.tracing.report import trace_title
 
     functions = trace.function_stats()
     wall_ns = trace._wall_ns()
@@ -96,7 +95,7 @@ def executables(trace, functions, label) -> list:
     device memory they hold (XLA's memory analysis; None where no executable
     of the fast path says), and how many recompiles were for signatures that
     differ only by object identity."""
-    from fastdispatch._cache import default_cache
+    from fastdispatch.core.cache import default_cache
 
     kept, memory = {}, {}
     for entry in default_cache().entries():

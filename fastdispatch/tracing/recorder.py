@@ -1,6 +1,6 @@
 """The recorder: the trace sink the dispatcher calls on every call.
 
-A ``Trace`` is what ``fastdispatch._engine.set_trace_sink`` hands every call
+A ``Trace`` is what ``fastdispatch.core.engine.set_trace_sink`` hands every call
 of every compiled function to.  Recording stays cheap: ``record`` appends one
 tuple to a list.  Every ``_FOLD_EVERY`` calls (and before a report) the pending
 tuples are folded into per-function aggregates (``FunctionStats``), which never
@@ -27,6 +27,7 @@ import numpy as np
 
 from fastdispatch._jax import process_of_program
 from fastdispatch.tracing.explain import closest_change, describe
+from fastdispatch.tracing.names import PHASES, label
 from fastdispatch.tracing.sites import made_at, remember_made, user_site
 
 __all__ = ["FunctionStats", "PHASES", "Trace"]
@@ -36,7 +37,6 @@ __all__ = ["FunctionStats", "PHASES", "Trace"]
 _FOLD_EVERY = 4096
 
 # The five phases of a call, between the six stamps of ``times``.
-PHASES = ("flatten", "signature", "lookup", "launch", "unflatten")
 _LAUNCH = PHASES.index("launch")
 
 # How many earlier signatures of one function a recompile is compared against,
@@ -437,10 +437,6 @@ def _positional_names(fn):
         return ()
     kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
     return tuple(p.name for p in parameters if p.kind in kinds)
-
-
-def label(stats):
-    return f"{stats.name} ({stats.location})"
 
 
 def _name_and_location(fn, cwd):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fastdispatch.tracing.recorder import PHASES, label
+from fastdispatch.tracing.names import PHASES, label, trace_title
 
 __all__ = ["compile_count_message", "format_findings", "format_report", "format_split", "trace_title"]
 
@@ -146,14 +146,6 @@ def format_findings(findings):
         lines.append(f"  {f['file']}:{f['line']}  {f['kind']}, {f['count']}x, {f['seconds']:.3f} s")
         lines.append(f"    {f['message']}")
     return lines
-
-
-def trace_title(process=None):
-    """The report's title: with "process 1 of 2" in a program of several processes."""
-    if process is None:
-        return "fastdispatch trace"
-    index, count = process
-    return f"fastdispatch trace, process {index} of {count}"
 
 
 def _count(n, noun):

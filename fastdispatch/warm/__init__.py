@@ -28,7 +28,8 @@ import weakref
 
 import jax
 
-from fastdispatch import _engine, _jax, _reasons
+from fastdispatch import _jax, _reasons
+from fastdispatch.core import engine as _engine
 from fastdispatch.warm import jax_cache, outputs
 from fastdispatch.warm import preload as preload_module
 from fastdispatch.warm.identity import NotStored, function_digest
@@ -292,6 +293,17 @@ class WarmStart:
         if kind != "jit":
             raise LookupError(f"a recipe of kind {kind!r}")
         return outputs.rebuild(described, jit_call_objects(signature))[0]
+
+    def filter_outputs(self, described, signature):
+        """``(out treedef, sources, statics)`` of a filter_jit executable stored
+        by ``save_filter``, rebuilt from this call's own objects and names
+        (warm/outputs.py); raises LookupError when they cannot be."""
+        return outputs.rebuild(described, filter_call_objects(signature))
+
+    def nnx_outputs(self, described):
+        """The same for an nnx.jit executable stored by ``save_nnx``, whose
+        outputs name no object of the call."""
+        return outputs.rebuild(described, [])
 
     def refuse(self, fun, reason: str, detail: str):
         """``fun``'s compile is not written, for ``reason`` (one of

@@ -58,8 +58,6 @@ _INSTALLED_PREFIXES = tuple(
 def _package_version(top: str) -> str:
     """The version of the installed package ``top`` (a top-level module name)."""
     if top == "fastdispatch":
-        from fastdispatch.warm.keys import fastdispatch_version
-
         return fastdispatch_version()
     module = sys.modules.get(top)
     version = getattr(module, "__version__", None)
@@ -297,23 +295,22 @@ class _Digest:
         self.value(tree_structure(treedef), how)
         for leaf in leaves:
             self.value(leaf, how)
-        from fastdispatch.warm.keys import class_functions
-
         node_types = [kind for kind, _ in tree_nodes(treedef)]
         self.value(class_functions(node_types), how)
         return True
 
     def jitted(self, value, how) -> bool:
-        """A fastdispatch.jit function: its function and its options."""
-        from fastdispatch._dispatch import CompiledFunction
+        """A fastdispatch function that describes itself (a fastdispatch.jit
+        function: its function and its options; Engine.warm_identity)."""
+        from fastdispatch.core.engine import Engine
 
-        if type(value) is not CompiledFunction:
+        parts = value.warm_identity() if isinstance(value, Engine) else None
+        if parts is None:
             return False
+        fun, options = parts
         self.token("jit")
-        self.value(value.fun, how)
-        from fastdispatch.warm.keys import options_digest
-
-        self.token(options_digest(value._options))
+        self.value(fun, how)
+        self.token(options_digest(options))
         return True
 
     def named(self, value) -> bool:
@@ -550,3 +547,81 @@ def function_digest(fun) -> str:
 def value_digest(value, how="takes") -> str:
     """The digest of one value (a static argument, a jit option) by content."""
     return _digest_of(value, how, "the call")
+
+
+# -- what keys describe too: shared here, the lower of the two modules --------------
+
+
+@functools.cache
+def fastdispatch_version() -> str:
+    try:
+        return importlib.metadata.version("fastdispatch")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def options_digest(options: dict) -> str:
+    """jit options (as ``jit`` was given them), by content."""
+    return value_digest(
+        {name: _option(value) for name, value in sorted(options.items())}, "has as jit option"
+    )
+
+
+def _option(value):
+    if is_sharding(value):
+        return sharding_description(value, None)
+    if isinstance(value, (tuple, list)):
+        return tuple(_option(item) for item in value)
+    if type(value) is dict:
+        return {key: _option(item) for key, item in value.items()}
+    if type(value).__name__ == "Device" or hasattr(value, "platform") and hasattr(value, "id"):
+        return ("device", value.platform, value.id)
+    return value
+
+
+def is_sharding(value) -> bool:
+    return isinstance(value, jax.sharding.Sharding)
+
+
+def sharding_description(sharding, ndim) -> tuple:
+    """A sharding as mesh shape, axis names, device ids and spec (NamedSharding)
+    or its device (SingleDeviceSharding); other kinds raise NotStored."""
+    if isinstance(sharding, jax.sharding.SingleDeviceSharding):
+        (device,) = sharding.device_set
+        return ("single", device.platform, device.id, sharding.memory_kind)
+    if isinstance(sharding, jax.sharding.NamedSharding):
+        mesh = sharding.mesh
+        ids = tuple(int(device.id) for device in mesh.devices.flat) if hasattr(mesh, "devices") else ()
+        return (
+            "named",
+            tuple(mesh.axis_names),
+            tuple(mesh.shape.values()),
+            tuple(str(kind) for kind in getattr(mesh, "axis_types", ())),
+            ids,
+            repr(sharding.spec),
+            sharding.memory_kind,
+        )
+    raise NotStored(f"takes an argument with a sharding of type {type(sharding).__qualname__}")
+
+
+def class_functions(node_types) -> tuple:
+    """The functions defined in the bodies of the user classes among
+    ``node_types`` (a Module's ``__call__``): the trace runs them, and the
+    class's source file alone does not describe the globals they read."""
+    functions = []
+    seen = set()
+    for node_type in node_types:
+        for cls in getattr(node_type, "__mro__", ()):
+            if cls in seen or _installed(cls.__module__):
+                continue
+            seen.add(cls)
+            prefix = cls.__qualname__ + "."
+            for name in sorted(vars(cls)):
+                value = vars(cls)[name]
+                if isinstance(value, (staticmethod, classmethod)):
+                    value = value.__func__
+                elif isinstance(value, property):
+                    value = value.fget
+                if type(value) is types.FunctionType and value.__qualname__.startswith(prefix):
+                    functions.append(value)
+    return tuple(functions)

@@ -22,12 +22,9 @@ every parameter of its lowering.
 from __future__ import annotations
 
 import enum
-import functools
 import hashlib
-import importlib.metadata
 import os
 import sys
-import types
 
 import jax
 import jaxlib
@@ -36,19 +33,21 @@ from jax.extend.core import ClosedJaxpr, Jaxpr
 
 from fastdispatch import _jax
 from fastdispatch.warm import identity
-from fastdispatch.warm.identity import NotStored, function_digest, tree_structure, value_digest
+from fastdispatch.warm.identity import (
+    NotStored,
+    class_functions,
+    fastdispatch_version,
+    function_digest,
+    is_sharding,
+    options_digest,
+    sharding_description,
+    tree_structure,
+    value_digest,
+)
 
 # Bump when what a key covers, or how, or what a file holds, changes: old
 # files are then never read.
 KEY_FORMAT = 2
-
-
-@functools.cache
-def fastdispatch_version() -> str:
-    try:
-        return importlib.metadata.version("fastdispatch")
-    except importlib.metadata.PackageNotFoundError:
-        return "unknown"
 
 
 def environment() -> tuple:
@@ -99,50 +98,6 @@ def _setting(value):
     if isinstance(value, enum.Enum):
         return (type(value).__qualname__, value.name)
     return (type(value).__qualname__, repr(value))
-
-
-def options_digest(options: dict) -> str:
-    """jit options (as ``jit`` was given them), by content."""
-    return value_digest(
-        {name: _option(value) for name, value in sorted(options.items())}, "has as jit option"
-    )
-
-
-def _option(value):
-    if _is_sharding(value):
-        return sharding_description(value, None)
-    if isinstance(value, (tuple, list)):
-        return tuple(_option(item) for item in value)
-    if type(value) is dict:
-        return {key: _option(item) for key, item in value.items()}
-    if type(value).__name__ == "Device" or hasattr(value, "platform") and hasattr(value, "id"):
-        return ("device", value.platform, value.id)
-    return value
-
-
-def _is_sharding(value) -> bool:
-    return isinstance(value, jax.sharding.Sharding)
-
-
-def sharding_description(sharding, ndim) -> tuple:
-    """A sharding as mesh shape, axis names, device ids and spec (NamedSharding)
-    or its device (SingleDeviceSharding); other kinds raise NotStored."""
-    if isinstance(sharding, jax.sharding.SingleDeviceSharding):
-        (device,) = sharding.device_set
-        return ("single", device.platform, device.id, sharding.memory_kind)
-    if isinstance(sharding, jax.sharding.NamedSharding):
-        mesh = sharding.mesh
-        ids = tuple(int(device.id) for device in mesh.devices.flat) if hasattr(mesh, "devices") else ()
-        return (
-            "named",
-            tuple(mesh.axis_names),
-            tuple(mesh.shape.values()),
-            tuple(str(kind) for kind in getattr(mesh, "axis_types", ())),
-            ids,
-            repr(sharding.spec),
-            sharding.memory_kind,
-        )
-    raise NotStored(f"takes an argument with a sharding of type {type(sharding).__qualname__}")
 
 
 def _context_value(value):
@@ -212,29 +167,6 @@ def call_key(fun, options: dict, signature, function=None) -> str:
 
 
 _nodes = identity.tree_nodes  # (node type, node data) of every node
-
-
-def class_functions(node_types) -> tuple:
-    """The functions defined in the bodies of the user classes among
-    ``node_types`` (a Module's ``__call__``): the trace runs them, and the
-    class's source file alone does not describe the globals they read."""
-    functions = []
-    seen = set()
-    for node_type in node_types:
-        for cls in getattr(node_type, "__mro__", ()):
-            if cls in seen or identity._installed(cls.__module__):
-                continue
-            seen.add(cls)
-            prefix = cls.__qualname__ + "."
-            for name in sorted(vars(cls)):
-                value = vars(cls)[name]
-                if isinstance(value, (staticmethod, classmethod)):
-                    value = value.__func__
-                elif isinstance(value, property):
-                    value = value.fget
-                if type(value) is types.FunctionType and value.__qualname__.startswith(prefix):
-                    functions.append(value)
-    return tuple(functions)
 
 
 def filter_parts(signature) -> dict:
@@ -375,7 +307,7 @@ def _lowering_param(value):
     flag), as stable data."""
     if isinstance(value, (tuple, list)):
         return tuple(_lowering_param(item) for item in value)
-    if _is_sharding(value):
+    if is_sharding(value):
         return sharding_description(value, None)
     if isinstance(value, jax.sharding.Mesh):
         return ("mesh", "empty") if value.empty else _context_value(value)

@@ -7,7 +7,7 @@ launch past that blocks its pool thread, and a program with collectives then
 never gathers its 8 participants: XLA aborts ("Termination timeout for all
 reduce ... only 7 of them arrived").  A caller that dispatches faster than the
 devices compute gets there, so the fast path keeps a few launches ahead at
-most (fastdispatch._execute, MAX_CPU_LAUNCHES_AHEAD).
+most (fastdispatch.core.execute, MAX_CPU_LAUNCHES_AHEAD).
 
 The program is made to be device-bound (a wide MLP, a big batch, nothing read
 back until the end): unpaced, the host is 32 launches ahead within the first

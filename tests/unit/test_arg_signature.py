@@ -1,4 +1,4 @@
-"""fastdispatch.arg_signature: each value's dtype, shape and weak type, against jax.
+"""fastdispatch.jax_jit.arg_signature: each value's dtype, shape and weak type, against jax.
 
 jax's own answer is jaxlib's ``_ArgSignatureOfValue`` (what jax.jit's C++ keys a
 call with; reached through ``_jax.jaxlib_arg_signature``) and the aval jax
@@ -13,8 +13,9 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from fastdispatch import _jax, _signature, arg_signature_of_value, is_float0, jit
-from fastdispatch.arg_signature import ArgSignature
+from fastdispatch import _jax, arg_signature_of_value, is_float0, jit
+from fastdispatch.core import signature as _signature
+from fastdispatch.jax_jit.arg_signature import ArgSignature
 
 
 class Color(enum.IntEnum):

@@ -189,7 +189,7 @@ def test_cache_size_on_function():
 
 
 def test_unhashable_functions_are_keyed_by_identity():
-    from fastdispatch._cache import ByIdentity
+    from fastdispatch.core.cache import ByIdentity
 
     class Unhashable:
         __hash__ = None
@@ -211,7 +211,7 @@ def test_unhashable_functions_are_keyed_by_identity():
 
 
 def test_unhashable_function_without_weak_references_is_held():
-    from fastdispatch._cache import ByIdentity
+    from fastdispatch.core.cache import ByIdentity
 
     class Slotted:
         __slots__ = ()

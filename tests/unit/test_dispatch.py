@@ -1,4 +1,4 @@
-"""fastdispatch._dispatch: what the fast path takes, what it hands to jax, and why."""
+"""fastdispatch.jax_jit.function: what the fast path takes, what it hands to jax, and why."""
 
 import functools
 import math
@@ -10,7 +10,7 @@ import pytest
 from jax.experimental import io_callback
 
 import fastdispatch
-from fastdispatch import _execute
+from fastdispatch.core import execute as _execute
 from fastdispatch.tracing.explain import describe
 
 
@@ -203,9 +203,9 @@ def test_an_error_jax_raises_on_a_hand_off_crosses_three_of_our_frames():
         f(jnp.ones(1), ["not", "hashable"])
     ours = [entry for entry in raised.traceback if "fastdispatch" in str(entry.path)]
     assert [entry.name for entry in ours] == [
-        "fastdispatch._dispatch._vectorcall",
-        "fastdispatch._engine.Engine.call",
-        "fastdispatch._dispatch.CompiledFunction.slow_call",
+        "fastdispatch.jax_jit.function._vectorcall",
+        "fastdispatch.core.engine.Engine.call",
+        "fastdispatch.jax_jit.function.CompiledFunction.library_call",
     ]
 
 

@@ -11,7 +11,7 @@ def check_sharded_calls_are_fast():
     from jax.sharding import PartitionSpec as P
 
     import fastdispatch
-    from fastdispatch import _engine
+    from fastdispatch.core import engine as _engine
 
     class Sink:
         def __init__(self):

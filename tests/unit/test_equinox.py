@@ -14,8 +14,8 @@ from lazy_reader_body import plain_jit_reads_equinox_modules_in_c
 from subprocess_util import run_in_subprocess
 
 import fastdispatch
-from fastdispatch import _pytree
 from fastdispatch import equinox as front
+from fastdispatch.core import pytree as _pytree
 
 
 def outcomes(sink):
@@ -265,7 +265,7 @@ def test_wrappers_of_one_function_share_a_dispatcher():
         return x * 2
 
     a, b = fastdispatch.filter_jit(fun), fastdispatch.filter_jit(fun)
-    assert a._cached is b._cached and isinstance(a._cached, fastdispatch._filter.FilterDispatcher)
+    assert a._cached is b._cached and isinstance(a._cached, fastdispatch.equinox.function.FilterDispatcher)
     a(jnp.ones(2))
     assert b._cached._cache_size() == 1
     eqx.clear_caches()

@@ -14,8 +14,8 @@ from flax.nnx import extract, graphlib, pytreelib, variablelib
 from flax.nnx.transforms import compilation
 
 import fastdispatch
-from fastdispatch import _nnx
 from fastdispatch import nnx as fnnx
+from fastdispatch.nnx import function as _nnx
 
 
 def outcomes(sink):
@@ -335,7 +335,7 @@ def _mesh_program_body():
 
     from jax.sharding import PartitionSpec as P
 
-    from fastdispatch import _engine
+    from fastdispatch.core import engine as _engine
 
     warnings.filterwarnings("ignore", "Some donated buffers were not usable")  # int32 prompts: as stock
     jax.set_mesh(jax.make_mesh((2, 1), ("batch", "model")))

@@ -1,4 +1,4 @@
-"""fastdispatch._pytree against jax.tree_util: every node kind, every error.
+"""fastdispatch.core.pytree against jax.tree_util: every node kind, every error.
 
 Any difference from jax.tree_util in leaf order, structure, repr, paths or
 equality is a bug: the dispatcher's cache keys and output trees rest on it.
@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import treecases
 
-from fastdispatch._pytree import TreeDef, first_difference, flatten, unflatten
+from fastdispatch.core.pytree import TreeDef, first_difference, flatten, unflatten
 
 CASES = treecases.cases()
 

@@ -1,4 +1,4 @@
-"""Nothing in fastdispatch._pytree keeps leaves, containers or TreeDefs alive
+"""Nothing in fastdispatch.core.pytree keeps leaves, containers or TreeDefs alive
 once the caller drops them, and its caches stay bounded."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import weakref
 import jax.tree_util as jtu
 import treecases
 
-from fastdispatch._pytree import first_difference, flatten
+from fastdispatch.core.pytree import first_difference, flatten
 
 
 class Leaf:

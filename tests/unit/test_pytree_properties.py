@@ -1,5 +1,5 @@
 """Property tests: on generated trees mixing every node kind (registered classes
-included), fastdispatch._pytree agrees with jax.tree_util on leaves, structure,
+included), fastdispatch.core.pytree agrees with jax.tree_util on leaves, structure,
 unflatten, equality, and equal trees hash equal."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import treecases
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fastdispatch._pytree import flatten
+from fastdispatch.core.pytree import flatten
 
 # Bounded: ~400 examples over the file, no deadline (jax array leaves are slow to make).
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])

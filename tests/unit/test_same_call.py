@@ -1,4 +1,4 @@
-"""filter_jit's identity guard (SameCall, fastdispatch._unchanged): a call on
+"""filter_jit's identity guard (SameCall, fastdispatch.equinox.unchanged): a call on
 an earlier call's very objects skips flattening, and every change that
 flatten would see (in place or not) sends the call the whole way again, with
 equinox's result."""

@@ -1,4 +1,4 @@
-"""fastdispatch.state: JitState views of jax's jit settings, against jax's own reads.
+"""fastdispatch.jax_jit.state: JitState views of jax's jit settings, against jax's own reads.
 
 Every read is compared with what jax itself says (``jax.config.jax_enable_x64``
 and friends, the arrays jax makes) under each context manager the field
@@ -15,7 +15,7 @@ from subprocess_util import run_in_subprocess
 
 import fastdispatch
 from fastdispatch import _jax
-from fastdispatch.state import (
+from fastdispatch.jax_jit.state import (
     JitState,
     get_enable_x64,
     global_state,
@@ -194,7 +194,7 @@ def test_post_hook_is_set_post_hook():
     fastdispatch.set_post_hook(hook)
     assert global_state().post_hook is hook and thread_local_state().post_hook is None
     global_state().post_hook = other
-    assert fastdispatch._dispatch.get_post_hook() is other
+    assert fastdispatch.jax_jit.function.get_post_hook() is other
     seen = []
     f = fastdispatch.jit(lambda x: x + 1)
     thread_local_state().post_hook = lambda fn, args, kwargs, out: seen.append("local")

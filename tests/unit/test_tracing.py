@@ -17,7 +17,8 @@ import pytest
 from frontends import needs_flax
 
 import fastdispatch
-from fastdispatch import _engine, tracing
+from fastdispatch import tracing
+from fastdispatch.core import engine as _engine
 from fastdispatch.tracing import recorder, report
 from fastdispatch.tracing.explain import describe, explain_change
 from fastdispatch.tracing.recorder import PHASES, Trace

@@ -1,7 +1,0 @@
-"""Type stubs for the compiled module fastdispatch._device_put."""
-
-from typing import Any
-
-MAX_AVALS: int
-
-def device_put(x: Any, device: Any = None) -> Any: ...

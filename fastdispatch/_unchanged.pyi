@@ -1,3 +1,0 @@
-"""Type stubs for the compiled module fastdispatch._unchanged."""
-
-class Unchanged: ...

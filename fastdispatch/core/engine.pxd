@@ -1,0 +1,126 @@
+# The engine: one call's steps between a front end and the cache, written once.
+from cpython.object cimport PyObject
+from fastdispatch.core.cache cimport CacheEntry, FunctionCache
+from fastdispatch.core.execute cimport Executable
+from fastdispatch.core.pytree cimport TreeDef
+from fastdispatch.core.signature cimport CallSignature
+
+# One call as its front end received it.  The engine never reads the
+# arguments: it hands the call back to the front end's hooks.
+cdef struct Call:
+    PyObject* function     # what the caller called: the report's function
+    # jit: the caller's argument array (PEP 590)
+    PyObject** argv        # the positional arguments, then the keyword values
+    size_t nargsf          # the positional count, with PEP 590's offset flag
+    PyObject* kwnames      # the keyword names (a tuple), or NULL
+    # filter_jit, nnx.jit: the call's tuple and dict
+    PyObject* args
+    PyObject* kwargs
+
+
+# A call made with a tuple and a dict (filter_jit's, nnx.jit's).
+cdef inline void python_call(Call* call, object function, tuple args, dict kwargs) noexcept:
+    call.function = <PyObject*>function
+    call.args = <PyObject*>args
+    call.kwargs = <PyObject*>kwargs
+    call.argv = NULL
+    call.nargsf = 0
+    call.kwnames = NULL
+
+# The clock readings of one traced call; the report's phases lie between them.
+# The same boundaries open and close the call's jax.profiler spans.
+cdef struct CallTimes:
+    long long start        # the call arrived
+    long long flattened    # its leaves and structure are known
+    long long keyed        # its signature is known (or the guard passed)
+    long long found        # its entry is found (or its compile began)
+    long long launched     # the executable returned (or the compile ended)
+    long long end          # the output is ready
+    int watch              # who watches this call: WATCH_CLOCK | WATCH_SPANS, read once, at its start
+    PyObject* span         # WATCH_SPANS: the open phase's TraceMe span (owned), or NULL
+    PyObject* hand_off     # a watched hand-off's (reason, signature) for `ended` (owned), or NULL
+
+# CallTimes.watch: --trace takes the stamps; jax.profiler gets the spans.
+cdef enum:
+    WATCH_CLOCK = 1
+    WATCH_SPANS = 2
+
+# The boundaries of a call's phases, in order: the fields of CallTimes.
+cdef enum Stage:
+    AT_START
+    AT_FLATTENED
+    AT_KEYED
+    AT_FOUND
+    AT_LAUNCHED
+    AT_END
+
+# A phase boundary: with a watcher on, stamp the clock up to `stage` and
+# switch the profiler span to `next_phase` (None: none); else nothing.
+cdef inline int reached(CallTimes* times, Stage stage, str next_phase,
+                        str reason=None) except -1:
+    if times.watch:
+        stamp(times, stage, next_phase, reason)
+    return 0
+
+cdef int stamp(CallTimes* times, Stage stage, str next_phase, str reason) except -1
+
+# The call's output is ready, or it raised: with a watcher on, the last stamp
+# and, with --trace, its one trace event (hit or not, the seconds compiling in
+# ns, why it left the fast path, its signature); else nothing.
+cdef inline int ended(Call* call, CallTimes* times, bint hit, long long compile_ns, str reason,
+                      CallSignature signature) except -1:
+    if times.watch:
+        stamp_end(call, times, hit, compile_ns, reason, signature)
+    return 0
+
+cdef int stamp_end(Call* call, CallTimes* times, bint hit, long long compile_ns, str reason,
+                   CallSignature signature) except -1
+
+# The trace sink (fastdispatch.tracing) while tracing is on, else None.
+cdef object trace_sink()
+
+# jax's state at a call: no transformation is tracing right now; the trace
+# context, part of every key.
+cdef bint trace_state_clean() noexcept
+cdef tuple trace_context()
+
+# The warm-start store (fastdispatch.warm.WarmStart) while warm start is on,
+# else None.
+cdef object warm_store()
+
+
+cdef class PreviousCall:
+    cdef CacheEntry entry                  # the entry that served it
+    cdef CallSignature signature           # its own signature: the objects it held
+
+
+cdef class Engine:
+    cdef FunctionCache executables         # this function's part of the shared LRU
+    cdef str span_name                     # its calls' span under jax.profiler
+    cdef str library                       # the span of a call the library runs: "jax.jit"...
+    cdef PreviousCall previous             # the guard's guess: the previous call
+
+    # The steps, in the order a call takes them.
+    cdef object call(self, Call* call)
+    cdef object _call_in_spans(self, Call* call, CallTimes* times)
+    cdef object _run_hand_off(self, Call* call, CallTimes* times)
+    cdef object lookup(self, Call* call, TreeDef treedef, list leaves, tuple static_args,
+                       tuple context, tuple arg_names, object front, CallTimes* times)
+    cdef object run(self, Call* call, CacheEntry entry, object finish, object leaves,
+                    CallTimes* times)
+    cdef object compile(self, Call* call, CacheEntry entry, list leaves, CallTimes* times)
+    cdef object warm(self, Call* call, CacheEntry entry, list leaves, CallTimes* times, object store)
+    cdef object hand_off(self, Call* call, str reason, CallTimes* times, CallSignature signature)
+    cdef CacheEntry entry_for(self, CallSignature signature, Executable executable, str reason,
+                              double seconds)
+
+    # The front end's hooks.
+    cdef object dispatch(self, Call* call, CallTimes* times)
+    cdef object library_call(self, Call* call)
+    cdef tuple build(self, Call* call, CacheEntry entry, list leaves, object out)
+    cdef object warm_key(self, Call* call, CallSignature signature, object store)
+    cdef tuple build_loaded(self, Call* call, CacheEntry entry, list leaves, object loaded)
+    cdef void remember(self, Call* call, CacheEntry entry, CallSignature signature)
+    cdef void guard_passed(self, Call* call, PreviousCall previous, list leaves)
+    cdef void handed_off(self, Call* call, CacheEntry entry, str reason)
+    cdef object returned(self, Call* call, object out)

@@ -1,0 +1,443 @@
+# cython: boundscheck=False, wraparound=False
+"""The engine: the steps between a front end and the cache, written once.
+
+Every front end (``jit``, ``filter_jit``, ``nnx.jit``) is an Engine.  A call
+takes these steps, in this order:
+
+  call       the watchers (--trace's clock, jax.profiler's spans) are read
+             once, and the call's span opens
+  dispatch   the front end's own: jax's state, its guard, the call's leaves
+             and static parts (flatten, bind, split the graph)
+  lookup     the guard against the previous call's own signature, else a
+             CallSignature looked up in the function's cache
+  warm       a miss with warm start on (fastdispatch.warm): the front end's
+             store key (``warm_key``); an executable stored under it is
+             loaded, made the entry (``build_loaded``) and run
+  compile    a miss: one thread runs the call the front end's library's way
+             (``library_call``: jax.jit, equinox's filter_jit, flax's nnx.jit) and
+             takes its executable (``build``); other threads wait on the entry
+  run        a hit: the entry's Executable on the leaves, the outputs rebuilt
+             by the entry's Outputs; the post hook (``returned``)
+  hand_off   whatever the fast path does not run, the library's own call runs,
+             with the reason recorded (reasons: fastdispatch._reasons); it
+             runs in ``call``, below the other steps' frames, so that an
+             error it raises crosses few of ours
+
+A front end is one Engine subclass that supplies its hooks: ``dispatch``,
+``library_call``, ``build`` and, where it guards more than the signature,
+``remember``, ``guard_passed`` and ``handed_off``;
+``returned`` for a post hook; ``warm_key`` and ``build_loaded`` where its
+executables can be stored (jit's, filter_jit's; nnx.jit's misses are flax's
+calls, so its own ``_miss`` looks in the store).
+"""
+from cpython.object cimport PyObject
+from cpython.ref cimport Py_INCREF, Py_XDECREF
+
+from fastdispatch.core.cache cimport CacheEntry
+from fastdispatch.core.clock cimport now_ns
+from fastdispatch.core.execute cimport HandOff, Executable
+from fastdispatch.core.outputs cimport Outputs
+from fastdispatch.core.pytree cimport TreeDef
+from fastdispatch.core.signature cimport (
+    CallSignature, LeafKind, LEAF_HOST, LEAF_OTHER, LEAF_TRACER, UNHASHABLE_STATIC, make_signature)
+from fastdispatch import _jax
+from fastdispatch import _reasons
+from fastdispatch._reasons import NotFast
+
+cdef object _trace_context = _jax.trace_context
+# jax's thread-local trace state: the holder, the attribute that holds it, and
+# its value with no transformation tracing (which attribute: _jax, by jax version).
+cdef object _trace_state = _jax.TRACE_STATE
+cdef str _trace_state_attr = _jax.TRACE_STATE_ATTR
+cdef object _clean_trace_state = _jax.CLEAN_TRACE_STATE
+cdef object _slow_path_reason = _jax.slow_path_reason
+# make_signature's refusals, by what it refused.
+cdef dict _REFUSALS = {
+    LEAF_TRACER: _reasons.TRACER,
+    LEAF_OTHER: _reasons.UNSUPPORTED_LEAF,
+    UNHASHABLE_STATIC: _reasons.STATIC_ARGUMENT_ERROR,
+}
+
+# The trace sink (fastdispatch.tracing) while tracing is on, else None: the
+# one flag a call checks for --trace.
+cdef object _trace_sink = None
+
+# jax.profiler: is a capture running?  One call of jaxlib's static
+# TraceMe.is_enabled (an atomic load in C++), ~5 ns from here, per call
+# (docs/performance.md).  Spans begin when made and end at __exit__.
+cdef object _profiling = _jax.TRACE_ME.is_enabled
+cdef object _TraceMe = _jax.TRACE_ME
+cdef object _end_span = _jax.TRACE_ME.__exit__
+
+
+# The warm-start store while warm start is on, else None: read on a miss
+# only, so a hit never looks at it (fastdispatch.warm).
+cdef object _warm_store = None
+
+# What ``hand_off`` returns up the stack: ``call`` then hands the call off.
+cdef object _HAND_OFF = object()
+
+
+def set_warm_store(store):
+    """Look for, and keep, executables in ``store`` (a fastdispatch.warm.WarmStart);
+    None stops it."""
+    global _warm_store
+    _warm_store = store
+
+
+cdef object warm_store():
+    return _warm_store
+
+
+def library_function(function):
+    """The library's own function behind ``function`` when it is one of ours
+    (an Engine), else ``function``.  Under ``python -m fastdispatch``, jax.jit
+    is fastdispatch.jit, and a library's own jax.jit (equinox's, flax's) is a
+    CompiledFunction: front ends take its jax.jit, so that a call is recorded
+    once, as the front end's."""
+    if isinstance(function, Engine):
+        return function.library_function()
+    return function
+
+
+def set_trace_sink(sink):
+    """Send every call's timings to ``sink.record(...)``; None stops it."""
+    global _trace_sink
+    _trace_sink = sink
+
+
+cdef object trace_sink():
+    return _trace_sink
+
+
+cdef bint trace_state_clean() noexcept:
+    return getattr(_trace_state, _trace_state_attr) is _clean_trace_state
+
+
+cdef tuple trace_context():
+    return _trace_context()
+
+
+cdef int stamp(CallTimes* times, Stage stage, str next_phase, str reason) except -1:
+    """``reached`` with a watcher on: with --trace, every stamp up to ``stage``
+    not taken yet is taken now (so stamps never go backwards); under
+    jax.profiler, the open phase's span ends and ``next_phase``'s begins, with
+    the hand-off's ``reason`` as its metadata."""
+    cdef long long now
+    if times.watch & WATCH_CLOCK:
+        now = now_ns()
+        if times.start == 0:
+            times.start = now
+        if stage >= AT_FLATTENED and times.flattened == 0:
+            times.flattened = now
+        if stage >= AT_KEYED and times.keyed == 0:
+            times.keyed = now
+        if stage >= AT_FOUND and times.found == 0:
+            times.found = now
+        if stage >= AT_LAUNCHED and times.launched == 0:
+            times.launched = now
+        if stage >= AT_END and times.end == 0:
+            times.end = now
+    if times.watch & WATCH_SPANS:
+        _end_phase(times)
+        if next_phase is not None:
+            span = _TraceMe(next_phase) if reason is None else _TraceMe(next_phase, reason=reason)
+            Py_INCREF(span)
+            times.span = <PyObject*>span
+    return 0
+
+
+cdef int stamp_end(Call* call, CallTimes* times, bint hit, long long compile_ns, str reason,
+                   CallSignature signature) except -1:
+    """``ended`` with a watcher on: the last stamp, the last span closed, and
+    with --trace the call's one trace event, handed to the sink."""
+    stamp(times, AT_END, None, None)
+    sink = _trace_sink
+    if times.watch & WATCH_CLOCK and sink is not None:
+        sink.record(
+            <object>call.function,
+            (times.start, times.flattened, times.keyed, times.found, times.launched, times.end),
+            hit, compile_ns, reason, signature)
+    return 0
+
+
+cdef int _end_phase(CallTimes* times) except -1:
+    cdef PyObject* span = times.span
+    if span != NULL:
+        times.span = NULL
+        try:
+            _end_span(<object>span, None, None, None)
+        finally:
+            Py_XDECREF(span)
+    return 0
+
+
+cdef inline void _start_watch(CallTimes* times):
+    times.start = times.flattened = times.keyed = times.found = 0
+    times.launched = times.end = 0
+    times.span = times.hand_off = NULL
+    times.watch = WATCH_CLOCK if _trace_sink is not None else 0
+    if _profiling():
+        times.watch |= WATCH_SPANS
+
+
+cdef class PreviousCall:
+    """The guard's guess for the next call: the previous call's entry, its own
+    signature (the very aval and sharding objects it held), and what else the
+    front end guards it by.  One object, replaced whole, so that a thread
+    never pairs one call's entry with another's signature."""
+
+
+cdef class Engine:
+    """One function's fast path: the steps of a call, with a front end's hooks."""
+
+    cdef object call(self, Call* call):
+        """Every call: which watchers are on, then the front end's dispatch;
+        a hand-off (``hand_off``) runs the library here, at the bottom of the
+        stack, so that an error it raises crosses three of our frames, not eight
+        (each adds a traceback entry: ~0.2 us)."""
+        cdef CallTimes times
+        _start_watch(&times)
+        if times.watch & WATCH_SPANS:
+            return self._call_in_spans(call, &times)
+        if times.watch:
+            times.start = now_ns()
+        out = self.dispatch(call, &times)
+        if out is not _HAND_OFF:
+            return out
+        if times.watch:
+            return self._run_hand_off(call, &times)
+        return self.returned(call, self.library_call(call))
+
+    cdef object _call_in_spans(self, Call* call, CallTimes* times):
+        """``call`` under jax.profiler: the call's span, and its phases' inside."""
+        span = _TraceMe(self.span_name)
+        stamp(times, AT_START, "flatten", None)
+        try:
+            out = self.dispatch(call, times)
+            if out is _HAND_OFF:
+                return self._run_hand_off(call, times)
+            return out
+        finally:
+            try:
+                _end_phase(times)   # still open when the call raised
+            finally:
+                _end_span(span, None, None, None)
+
+    cdef object _run_hand_off(self, Call* call, CallTimes* times):
+        """The library runs a call ``hand_off`` handed to it, watched."""
+        cdef tuple recorded = <tuple>times.hand_off   # a new reference
+        Py_XDECREF(times.hand_off)                     # the one times held
+        times.hand_off = NULL
+        try:
+            out = self.library_call(call)
+        finally:
+            # Recorded also when the library raises: the report counts the hand-off.
+            ended(call, times, False, 0, recorded[0], recorded[1])
+        return self.returned(call, out)
+
+    cdef object lookup(self, Call* call, TreeDef treedef, list leaves, tuple static_args,
+                       tuple context, tuple arg_names, object front, CallTimes* times):
+        """The call's leaves and static parts are known: its entry, by the
+        guard or the cache; a miss compiles, a call another thread compiles
+        waits for it."""
+        reached(times, AT_FLATTENED, "signature")
+        # The guard compares with the previous call's own objects, not the
+        # entry's: a training loop feeds back outputs whose avals differ (by
+        # identity) from those of the arrays it was first called with.
+        cdef PreviousCall previous = self.previous
+        if (previous is not None and not previous.entry.evicted
+                and previous.signature.matches_call(treedef, leaves, static_args, context)):
+            self.guard_passed(call, previous, leaves)
+            return self.run(call, previous.entry, previous.entry.finish, leaves, times)
+
+        cdef LeafKind refused = LEAF_HOST
+        cdef CallSignature signature = make_signature(
+            treedef, leaves, static_args, context, arg_names, &refused, front)
+        if signature is None:
+            # An unhashable static argument, a tracer, a leaf jax refuses: the
+            # library runs the call (and raises its error).
+            self.handed_off(call, None, _REFUSALS[refused])
+            return self.hand_off(call, _REFUSALS[refused], times, None)
+        reached(times, AT_KEYED, "lookup")
+        cdef CacheEntry entry
+        try:
+            entry = self.executables.find(signature)
+        except Exception:
+            # A static argument's __eq__ raised: the library reports it its way.
+            self.handed_off(call, None, _reasons.STATIC_ARGUMENT_ERROR)
+            return self.hand_off(call, _reasons.STATIC_ARGUMENT_ERROR, times, signature)
+        if entry is None:
+            reason = _slow_path_reason()
+            if reason is not None:
+                return self.hand_off(call, reason, times, signature)
+            entry = self.executables.insert(signature)
+            if _warm_store is not None:
+                return self.warm(call, entry, leaves, times, _warm_store)
+            return self.compile(call, entry, leaves, times)
+        entry.wait(<object>call.function)
+        self.remember(call, entry, signature)
+        return self.run(call, entry, entry.finish, leaves, times)
+
+    cdef object run(self, Call* call, CacheEntry entry, object finish, object leaves,
+                    CallTimes* times):
+        """A hit: the entry's executable runs on the leaves, ``finish`` (an
+        Outputs) rebuilds the result; or the library runs an entry it must."""
+        self.executables.touch(entry)
+        if entry.executable is None:
+            # An entry the library runs (numpy arguments, effects): still a
+            # hit, found by the guard, so the hand-off costs as little as it can.
+            self.handed_off(call, entry, entry.hand_off_reason)
+            return self.hand_off(call, entry.hand_off_reason, times, entry.signature)
+        reached(times, AT_FOUND, "launch")
+        outputs = entry.executable.run(
+            leaves, &times.launched if times.watch & WATCH_CLOCK else NULL)
+        if type(outputs) is HandOff:
+            self.handed_off(call, entry, (<HandOff>outputs).reason)
+            return self.hand_off(call, (<HandOff>outputs).reason, times, entry.signature)
+        out = (<Outputs>finish).rebuild(outputs)
+        ended(call, times, True, 0, None, entry.signature)
+        return self.returned(call, out)
+
+    cdef object compile(self, Call* call, CacheEntry entry, list leaves, CallTimes* times):
+        """A miss, on the one thread that compiles this signature: the library
+        runs the call (tracing, compiling, converting, donating, warning and
+        failing as it does), then ``build`` takes its executable (from jax's
+        caches: ~0.2 ms)."""
+        reached(times, AT_FOUND, "compile")   # the library's own spans nest inside
+        cdef long long began = now_ns()
+        try:
+            out = self.library_call(call)
+        except BaseException as error:
+            self.executables.fail(entry, error)
+            ended(call, times, False, now_ns() - began, _reasons.COMPILE_ERROR, entry.signature)
+            raise
+        cdef long long compiled_at = now_ns()
+        reached(times, AT_LAUNCHED, "build entry")
+        executable = finish = reason = None
+        try:
+            executable, finish = self.build(call, entry, leaves, out)
+        except NotFast as refusal:
+            reason = refusal.reason
+            entry.hand_off_detail = refusal.detail
+        except Exception as error:
+            reason = _reasons.EXECUTABLE_NOT_REUSABLE
+            entry.hand_off_detail = repr(error)
+        self.executables.complete(entry, executable, finish, reason, (compiled_at - began) / 1e9)
+        self.remember(call, entry, entry.signature)
+        ended(call, times, False, compiled_at - began, entry.hand_off_reason, entry.signature)
+        return self.returned(call, out)
+
+    cdef object warm(self, Call* call, CacheEntry entry, list leaves, CallTimes* times,
+                     object store):
+        """A miss with warm start on, before anything is traced: the executable
+        stored under the call's key becomes the entry and runs; without one
+        (or a key), ``compile``, whose ``build`` writes it under the key."""
+        reached(times, AT_FOUND, "warm start")
+        cdef long long began = now_ns()
+        try:
+            key = self.warm_key(call, entry.signature, store)
+            loaded = None if key is None else store.load(key)
+        except BaseException as error:
+            # Never expected (the store answers None on any failure); an
+            # interrupt: no waiter is left on an entry that never completes.
+            self.executables.fail(entry, error)
+            raise
+        if key is None:
+            return self.compile(call, entry, leaves, times)
+        if loaded is None:
+            entry.warm_key = key
+            return self.compile(call, entry, leaves, times)
+        try:
+            executable, finish = self.build_loaded(call, entry, leaves, loaded)
+        except Exception as error:
+            # Not for this call after all (NotFast: a reshard, host data): the
+            # library compiles it, and the stored file stays as it is.
+            store.refuse(<object>call.function, _reasons.WARM_UNFIT,
+                         f"has a stored executable that does not fit its call ({error})")
+            return self.compile(call, entry, leaves, times)
+        self.executables.complete(entry, executable, finish, None, (now_ns() - began) / 1e9)
+        self.remember(call, entry, entry.signature)
+        return self.run(call, entry, finish, leaves, times)
+
+    cdef object hand_off(self, Call* call, str reason, CallTimes* times,
+                         CallSignature signature):
+        """The one hand-off: the library runs the call as the caller made it.
+        Only recorded here; ``call`` runs it, once this returns (every caller
+        returns what this returns)."""
+        if times.watch:
+            reached(times, AT_FOUND, self.library, reason)   # the library's own spans nest inside
+            recorded = (reason, signature)
+            Py_INCREF(recorded)
+            times.hand_off = <PyObject*>recorded
+        return _HAND_OFF
+
+    cdef CacheEntry entry_for(self, CallSignature signature, Executable executable, str reason,
+                              double seconds):
+        """The entry for ``signature``: a new one holding ``executable`` (or
+        ``reason``) when there is none, for a front end whose library compiled
+        outside ``compile`` (nnx.jit: flax's call, whose outputs its Records
+        rebuild)."""
+        cdef CacheEntry entry = self.executables.find(signature)
+        if entry is None:
+            entry = self.executables.insert(signature)
+            self.executables.complete(entry, executable, None, reason, seconds)
+        return entry
+
+    # -- the front end's hooks ---------------------------------------------
+
+    cdef object dispatch(self, Call* call, CallTimes* times):
+        """The call's own steps up to lookup (or a hit, or a hand-off)."""
+        raise NotImplementedError
+
+    cdef object library_call(self, Call* call):
+        """The library's own call: a miss's, and a hand-off's."""
+        raise NotImplementedError
+
+    cdef tuple build(self, Call* call, CacheEntry entry, list leaves, object out):
+        """(Executable, Outputs) for the entry the library just compiled and
+        ran (returning ``out``); raises NotFast for one the library must run."""
+        raise NotImplementedError
+
+    cdef object warm_key(self, Call* call, CallSignature signature, object store):
+        """The store key of this call (``store.key(...)``), or None: not stored
+        (nnx.jit's misses do not come here: its ``_miss`` keys flax's split)."""
+        return None
+
+    cdef tuple build_loaded(self, Call* call, CacheEntry entry, list leaves, object loaded):
+        """(Executable, Outputs) for the entry from the executable ``loaded``
+        from the store (what ``store.load`` returned); raises NotFast for one
+        the library must run."""
+        raise NotImplementedError
+
+    cdef void remember(self, Call* call, CacheEntry entry, CallSignature signature):
+        """Make this call the guard's guess for the next one."""
+        cdef PreviousCall previous = PreviousCall.__new__(PreviousCall)
+        previous.entry = entry
+        previous.signature = signature
+        self.previous = previous
+
+    cdef void guard_passed(self, Call* call, PreviousCall previous, list leaves):
+        """The call matched the previous one's signature, with these leaves;
+        ``previous.entry`` runs it next."""
+
+    cdef void handed_off(self, Call* call, CacheEntry entry, str reason):
+        """The library takes a call on ``entry``, for ``reason``; ``entry`` is
+        None where the fast path refused the call before finding one (an
+        unhashable static argument, a leaf it does not key)."""
+
+    cdef object returned(self, Call* call, object out):
+        """The output, after the call's post hook (jit's)."""
+        return out
+
+    # -- what a front end hands the tools ------------------------------------
+
+    def library_function(self):
+        """The library's own function that runs this one's hand-offs."""
+        raise NotImplementedError
+
+    def warm_identity(self):
+        """``(function, options)`` by which warm start's identity of a value
+        (fastdispatch.warm.identity) describes this one, or None: not so
+        described."""
+        return None

@@ -1,0 +1,63 @@
+# The execute layer: one compiled executable, run straight through PjRt.
+from cpython.object cimport PyObject
+from fastdispatch.core.signature cimport CallSignature, LeafKind
+
+# Why Executable.run handed a call back to jax.jit: the reason --trace shows.
+cdef class HandOff:
+    cdef readonly str reason
+
+# How a call's flat leaves become an executable's kept inputs.
+cdef class Inputs:
+    cdef Py_ssize_t num_inputs         # kept inputs: what the executable takes
+    cdef Py_ssize_t* input_leaf        # the flat leaf index of each kept input
+    cdef LeafKind* input_kind          # how each kept input enters (ARRAY, KEY, SCALAR, HOST)
+    cdef bint as_is                    # every leaf kept, every leaf an ARRAY: the leaves are the inputs
+    cdef tuple host_inputs             # per kept input: a HostInput (SCALAR, HOST), or None
+    cdef bint has_scalars              # some kept input is a Python scalar
+    cdef tuple scalar_buffers          # per kept input: {value bits: device array} (SCALAR), or None
+    cdef bint reuse_scalar_buffers     # False when the function donates arguments
+    cdef readonly bint new_scalars_to_jax  # a scalar value not seen before: jax.jit converts it faster
+    cdef list last_scalars             # per kept input: the last value's bits met (SCALAR), or None
+
+    # The executable's input buffers (a new list) for a call's flat leaves
+    # (a list or a tuple), or a HandOff when the library must run the call
+    # (a host value that does not convert, a new scalar value jax converts faster).
+    cdef object prepare(self, object leaves)
+    # For new_scalars_to_jax: some scalar leaf holds a value neither kept on
+    # device nor the previous call's: jax.jit should take the call.
+    cdef bint new_scalar_in(self, PyObject** leaves)
+    cdef bint _is_new(self, Py_ssize_t input, object bits)
+    cdef object _scalar_buffer(self, Py_ssize_t input, object value, bint reuse)
+
+
+cdef class Executable:
+    cdef readonly Inputs inputs        # how a call's leaves become its inputs
+    cdef object execute                # LoadedExecutable.execute_sharded, bound
+    cdef readonly list out_handlers    # one jaxlib result handler per flat output
+    cdef readonly object out_treedef   # jax's PyTreeDef of the outputs
+    # Effects (see _execute_with_tokens): as pxla.ExecuteReplicated runs them.
+    cdef bint with_tokens              # run with runtime tokens (the executable has effects)
+    cdef tuple ordered_effects         # one token input and output each, ahead of the others
+    cdef tuple devices                 # the executable's devices, in its order
+    cdef list token_handlers           # identity per ordered effect: its token's arrays
+    cdef object token_buffer           # bool[0] on devices[0], made on first need
+    cdef object keepalive              # what the host callbacks need kept alive
+    cdef bint calls_host               # it runs Python on the host (callbacks, effects)
+    cdef bint paced                    # a launch on several CPU devices: see _pace
+
+    # The flat outputs (a list) of one call on its flat leaves, or a HandOff
+    # when the library must run it after all (see Inputs.prepare).  With
+    # tracing on, launched[0] is stamped once the executable has returned.
+    cdef object run(self, object leaves, long long* launched)
+    cdef object _execute_with_tokens(self, object buffers)
+
+
+# An Executable for `compiled`, compiled for `signature` on the call whose
+# flat leaves are `leaves`; raises NotFast (fastdispatch._reasons) with why
+# the library must run it instead.
+# hand_off_to_jax: the caller hands the calls it does not run to jax.jit's C++
+# path, which converts host values faster than this layer: small entries leave
+# host data and new scalar values to it.  A front end whose hand-off is a
+# library's Python call (equinox's, flax's) converts them here.
+cdef Executable make_executable(object compiled, CallSignature signature, list leaves,
+                                bint donates, bint hand_off_to_jax)

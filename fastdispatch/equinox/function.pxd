@@ -1,0 +1,76 @@
+# The filter_jit front end (equinox's filter_jit) of the engine.
+from fastdispatch.core.cache cimport CacheEntry
+from fastdispatch.core.engine cimport Engine
+from fastdispatch.core.execute cimport Executable
+from fastdispatch.core.outputs cimport Outputs
+from fastdispatch.core.keys cimport Py_uhash_t
+from fastdispatch.core.pytree cimport TreeDef
+from fastdispatch.core.signature cimport CallSignature
+from fastdispatch.equinox.unchanged cimport Unchanged
+
+
+cdef class BindPlan:
+    cdef object signature          # the inspect.Signature it binds for (compared by identity)
+    cdef Py_ssize_t nargs          # positional arguments of the calls it binds
+    cdef tuple kwnames             # keyword names of those calls, in call order
+    cdef bint refused              # signature.bind raised: equinox's own call reports it
+    cdef bint as_is                # the bound arguments are the call's positional ones
+    cdef tuple arg_sources         # per bound positional: an int (positional index) or a str (keyword)
+    cdef tuple kwarg_names         # the bound keyword arguments' names, in bound order
+    cdef tuple kwarg_sources       # per bound keyword argument: where it comes from, as above
+    cdef tuple sources             # arg_sources, then kwarg_sources
+    cdef tuple arg_names           # positional parameter names, for reports
+
+    cdef bint fits(self, object signature, tuple args, dict kwargs)
+    cdef tuple bind(self, tuple args, dict kwargs)
+
+
+cdef class _Strong:
+    cdef Unchanged contents        # what the same objects held
+    cdef list inputs               # the executable's inputs; None where an array argument goes
+    cdef tuple fun_parts           # the wrapper's (_dynamic_fun, _static_fun)
+    cdef void drop(self)
+
+
+cdef class SameCall:
+    cdef object wrapper            # the wrapper called (a weak reference)
+    cdef BindPlan plan             # its binding of the call
+    cdef tuple sources             # per bound argument: where the call passes it (BindPlan.sources)
+    cdef tuple held                # per bound argument: a weak reference (the same object), a value, or None
+    cdef Py_ssize_t* input_at      # per bound argument: its input (an array), SAME_OBJECT or SAME_VALUE
+    cdef _Strong strong            # what it holds strongly: emptied when a weakly held object dies
+    cdef CacheEntry entry          # the entry that ran them
+    cdef CallSignature signature   # the call's own signature: the arrays' keys, jax's context
+    cdef Py_ssize_t hits           # calls it served
+
+    cdef list inputs_for(self, object wrapper, dict fields, BindPlan plan, tuple args,
+                         dict kwargs, tuple context)
+
+
+cdef class OutputRecipe(Outputs):
+    cdef TreeDef treedef           # the structure of what the call returns
+    cdef Py_ssize_t num_leaves
+    cdef Py_ssize_t* source        # per output leaf: the executable output it is, or -1: static
+    cdef tuple statics             # per output leaf: the static value the trace returned
+    cdef Py_ssize_t single         # the output is one array: its executable output; else -1
+
+
+cdef class FilterDispatcher(Engine):
+    cdef readonly object jitted    # equinox's shared jax.jit of this function: compiles, slow path
+    cdef object equinox_call       # equinox's own wrapper call: (wrapper, *args, **kwargs)
+    cdef object equinox_lower      # equinox's own lowering: (wrapper, *args, **kwargs)
+    cdef object is_array           # equinox.is_array, for leaves of unknown types
+    cdef object warm_options       # what its warm-start keys add (keys.filter_call_key), or None
+    cdef dict plans                # (id(signature), nargs, kwnames) -> BindPlan
+    cdef BindPlan last_plan        # the plan of the previous call: one identity check
+    # The identity guard: a call on the previous call's very objects.
+    cdef SameCall same             # proves a call is the recorded one, or None
+    cdef Py_uhash_t last_roots     # the previous call's arguments other than arrays, by address
+    cdef bint arm                  # the call being served passes them again: record it
+    cdef int strikes               # records refused, or dropped before serving a call
+    cdef object __weakref__
+
+    cdef BindPlan plan_for(self, object signature, tuple args, dict kwargs)
+    cdef Executable _executable(self, object compiled, CacheEntry entry, list leaves)
+    cdef void _watch_roots(self, BindPlan plan, tuple args, dict kwargs)
+    cdef void _drop_same(self, SameCall same)

@@ -1,0 +1,3 @@
+"""Type stubs for the compiled module fastdispatch.equinox.unchanged."""
+
+class Unchanged: ...

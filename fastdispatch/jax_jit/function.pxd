@@ -1,0 +1,73 @@
+# fastdispatch.jit: the jax.jit front end of the engine.
+cimport cython
+from cpython.object cimport PyObject
+from fastdispatch.core.cache cimport CacheEntry, CompiledFunctionCache
+from fastdispatch.core.engine cimport Call, CallTimes, Engine, PreviousCall
+from fastdispatch.core.signature cimport CallSignature
+
+cdef extern from "Python.h":
+    ctypedef PyObject* (*vectorcallfunc)(PyObject* callable, PyObject* const* args,
+                                         size_t nargsf, PyObject* kwnames)
+
+
+@cython.final
+cdef class CallLayout:
+    cdef object kwnames                    # the call's keyword names (a tuple), or None
+    cdef Py_ssize_t nargs                  # positional arguments
+    cdef tuple leaf_index                  # argv index of each leaf, flatten order; None: 0..nargs-1
+    # Per leaf_index entry: None (a leaf), or the exact list or tuple type
+    # whose items are its leaves; None for all: every entry is a leaf.
+    cdef tuple containers
+    cdef tuple lengths                     # per leaf_index entry: the container's length (0 for a leaf)
+    cdef tuple static_index                # argv index of each static argument, static_args order
+    # A call laid out like this one whose leaves and static arguments pass
+    # the signature's guard (jax's context is not compared here).
+    cdef bint guard(self, Call* call, CallSignature signature)
+    # The leaves of a call laid out like this one, in flatten order.
+    cdef tuple leaves(self, Call* call)
+    cdef tuple _gather(self, PyObject** argv)
+    cdef bint _statics_match(self, PyObject** argv, tuple static_args)
+
+
+@cython.final
+cdef class CallShape:
+    cdef Py_ssize_t nargs                  # positional arguments
+    cdef object kwnames                    # keyword names (a tuple), or None
+    cdef tuple arg_types                   # the type of each argument in the array
+    cdef str reason                        # why jax.jit took the last call: hand off before flattening
+    cdef unsigned int hand_offs            # calls handed off so: every 64th is flattened again
+    cdef bint matches(self, Call* call)
+    cdef bint hand_off_now(self, Call* call)
+
+
+@cython.final
+cdef class PreviousJitCall(PreviousCall):
+    cdef CallLayout layout                 # its layout, when all its arguments were leaves
+    cdef bint hand_off_guarded             # jax.jit runs its entry for the leaves' sake (numpy)
+    # Calls whose arguments are trees (no layout): the shape of the call's
+    # argument array, and why jax.jit took its last call for its leaves' sake
+    # (numpy values it converts faster, a step counter's new value), or None.
+    cdef CallShape shape
+
+
+@cython.final
+cdef class CompiledFunction(Engine):
+    cdef vectorcallfunc _vectorcall_slot   # PEP 590 entry point, found via tp_vectorcall_offset
+    cdef readonly object fun               # the Python function being jitted
+    cdef object _jitted                    # jax.jit(fun, same options): the slow path
+    cdef readonly dict _options            # the jit options given: pickling, the warm-start key
+    cdef CompiledFunctionCache _shared_cache  # the shared LRU holding our executables
+    cdef tuple _static_argnums             # as jax resolved them; may be negative
+    cdef frozenset _static_argnames        # as jax resolved them
+    cdef bint _has_static                  # any static argument at all
+    cdef bint _donates                     # any donated argument at all
+    cdef tuple _dynamic_arg_names          # positional parameter names minus static ones
+    cdef CallShape _refused                # the shape of the last call refused (jax.jit raises), or None
+    cdef dict __dict__                     # as functools.wraps fills it
+    cdef object __weakref__
+
+    cdef object _flatten(self, Call* call, tuple context, CallTimes* times)
+    cdef tuple _split_static(self, tuple args, dict kwargs)
+    cdef tuple _from_compiled(self, CacheEntry entry, list leaves, object compiled,
+                              bint hand_off_to_jax)
+    cdef object _warm_save(self, CacheEntry entry, object compiled, object traced, str reason)

@@ -1,0 +1,770 @@
+# cython: boundscheck=False, wraparound=False
+"""CompiledFunction: ``fastdispatch.jit``, the jax.jit front end of the engine.
+
+One call, in the order the code runs (docs/architecture.md):
+  guard      f(a, b, ...) laid out as the previous call: its leaves and static
+             arguments checked in the caller's argument array (vectorcall);
+             a call jax.jit takes for its leaves' sake (numpy values, a step
+             counter's new value) goes to it here, before anything is read
+  state      jax's trace context; a transformation tracing right now, or a
+             setting jax.jit runs itself (disable_jit) -> jax.jit
+  run        a guarded call runs the previous call's entry (engine)
+  flatten    static args split off; dynamic args -> leaves + TreeDef
+  lookup     the engine: the previous call's signature, else the cache; a
+             miss runs the call through jax.jit, then takes its executable
+             from jax.jit(fun).lower(...).compile()
+  return     the post hook
+
+Python calls arrive through the vectorcall slot, the only way in (``__call__``
+forwards to it).  Whatever the fast path cannot run, jax.jit itself runs (the
+engine's hand-off), with the reason recorded for ``--trace``; so results never
+differ from jax.jit's.
+"""
+import functools
+import inspect
+import threading
+import types
+
+cimport cython
+from cpython.object cimport PyObject
+from cpython.ref cimport Py_INCREF
+from cpython.sequence cimport PySequence_Fast_ITEMS
+from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE, PyTuple_New, PyTuple_SET_ITEM
+
+from fastdispatch.core.cache cimport CacheEntry, CompiledFunctionCache
+from fastdispatch.core.engine cimport (
+    Call, CallTimes, Engine, PreviousCall, trace_context, trace_sink, trace_state_clean,
+    warm_store)
+from fastdispatch.core.execute cimport Executable, make_executable
+from fastdispatch.core.keys cimport same_items
+from fastdispatch.core.outputs cimport output_tree
+from fastdispatch.core.pytree cimport TreeDef, flatten_into
+from fastdispatch.core.signature cimport CallSignature, LEAF_HOST, classify_leaf
+from fastdispatch.core.cache import default_cache
+from fastdispatch import _jax, _reasons
+from fastdispatch._reasons import NotFast
+
+cdef extern from "Python.h":
+    Py_ssize_t PyVectorcall_NARGS(size_t nargsf)
+    object PyObject_Vectorcall(object callable, PyObject** args, size_t nargsf,
+                               PyObject* kwnames)
+    unsigned long Py_TPFLAGS_HAVE_VECTORCALL
+    ctypedef struct _VectorcallType "PyTypeObject":
+        Py_ssize_t tp_vectorcall_offset
+        unsigned long tp_flags
+
+
+cdef object _slow_path_reason = _jax.slow_path_reason
+cdef str _TRACER = _reasons.TRACER
+cdef str _HOST_DATA = _reasons.HOST_DATA
+cdef str _NEW_SCALAR = _reasons.NEW_SCALAR
+cdef str _JAX_JIT = "jax.jit"
+cdef str _NOT_MADE_BY_JIT = ("CompiledFunction was created without __init__: "
+                             "make one with fastdispatch.jit(fun)")
+
+# Post hooks: the global one, and a count of threads that set their own so
+# that a call looks at thread-local storage only when one might be there.
+cdef object _global_post_hook = None
+cdef int _thread_post_hooks = 0
+_thread_local = threading.local()
+
+
+def set_post_hook(hook, *, thread_local=False):
+    """Call ``hook(function, args, kwargs, output)`` after every call.
+
+    With ``thread_local=True`` the hook applies to the calling thread only and
+    replaces the global one there.  ``None`` removes the hook.
+    """
+    global _global_post_hook, _thread_post_hooks
+    if hook is not None and not callable(hook):
+        raise TypeError(f"set_post_hook: hook must be callable or None, got {hook!r}")
+    if not thread_local:
+        _global_post_hook = hook
+        return
+    had_hook = getattr(_thread_local, "post_hook", None) is not None
+    _thread_local.post_hook = hook
+    _thread_post_hooks += (hook is not None) - had_hook
+
+
+def get_post_hook(*, thread_local=False):
+    """The hook ``set_post_hook`` set: the global one, or with
+    ``thread_local=True`` the calling thread's own (None where it has none)."""
+    if thread_local:
+        return getattr(_thread_local, "post_hook", None)
+    return _global_post_hook
+
+
+cdef inline object _current_post_hook():
+    if _thread_post_hooks:
+        hook = getattr(_thread_local, "post_hook", None)
+        if hook is not None:
+            return hook
+    return _global_post_hook
+
+
+def _call_post_hook(CompiledFunction fn, tuple args, dict kwargs, out):
+    hook = _current_post_hook()
+    if hook is not None:
+        hook(fn, args, {} if kwargs is _NO_KWARGS else kwargs, out)
+
+
+# The dynamic kwargs of a call with no keyword arguments, or only static ones;
+# never mutated, and never handed to user code (the post hook gets a new dict).
+cdef dict _NO_KWARGS = {}
+
+
+def _first(triple):
+    return triple[0]
+
+
+cdef tuple _tuple_from_array(PyObject** items, Py_ssize_t n):
+    cdef tuple result = PyTuple_New(n)
+    cdef Py_ssize_t i
+    for i in range(n):
+        Py_INCREF(<object>items[i])
+        PyTuple_SET_ITEM(result, i, <object>items[i])
+    return result
+
+
+cdef dict _kwargs_from_array(PyObject** items, Py_ssize_t nargs, PyObject* kwnames):
+    if kwnames == NULL:
+        return _NO_KWARGS
+    cdef tuple names = <tuple>kwnames
+    cdef dict kwargs = {}
+    cdef Py_ssize_t i
+    for i in range(PyTuple_GET_SIZE(names)):
+        kwargs[<object>PyTuple_GET_ITEM(names, i)] = <object>items[nargs + i]
+    return kwargs
+
+
+cdef inline bint _all_keyable(tuple values):
+    for value in values:
+        if classify_leaf(value) > LEAF_HOST:
+            return False
+    return True
+
+
+cdef inline object _container_of(object value):
+    """The exact list or tuple type of a value whose items are all leaves jax
+    keys (``f(x, w=[w1, w2])``), else None."""
+    cdef type kind = type(value)
+    if (kind is list or kind is tuple) and _all_keyable(tuple(value)):
+        return kind
+    return None
+
+
+cdef inline bint _same_keywords(PyObject* kwnames, object expected):
+    """A call's keyword names (NULL: none) are ``expected`` (a tuple, or None).
+    Names compared by address: identifiers are interned, and a call site
+    passes the very same names (often the very same tuple) every time."""
+    if kwnames == NULL or expected is None:
+        return kwnames == NULL and expected is None
+    return same_items(<tuple>kwnames, <tuple>expected)
+
+
+@cython.final
+cdef class CallLayout:
+    """Where the leaves of a call sit in its argument array, for calls whose
+    every dynamic argument is a leaf or a list or tuple of leaves, e.g.
+    ``f(x, y)``, ``f(x, lr=0.1, mode="eval")``, ``f(x, 3, y=y)`` with the 3
+    static, or ``f(x, w=[w1, w2], b=[b1, b2])``.
+
+    A call with the same keyword names, in the same order, as many positional
+    arguments, and lists and tuples of the same lengths where the previous
+    call had them, has the previous call's structure: its leaves can be read
+    from the array, in jax's order (positional, then keywords by sorted name;
+    a list's items in order), without flattening, and its static values
+    compared in place."""
+
+    cdef bint guard(self, Call* call, CallSignature signature):
+        cdef Py_ssize_t nargs = PyVectorcall_NARGS(call.nargsf)
+        cdef tuple leaves
+        if nargs != self.nargs or not _same_keywords(call.kwnames, self.kwnames):
+            return False
+        if not self._statics_match(call.argv, signature.static_args):
+            return False
+        if self.leaf_index is None:
+            return signature.matches_leaves(call.argv, nargs)
+        leaves = self._gather(call.argv)
+        if leaves is None:
+            return False
+        return signature.matches_leaves(PySequence_Fast_ITEMS(leaves), PyTuple_GET_SIZE(leaves))
+
+    cdef tuple leaves(self, Call* call):
+        if self.leaf_index is None:
+            return _tuple_from_array(call.argv, PyVectorcall_NARGS(call.nargsf))
+        return self._gather(call.argv)
+
+    cdef tuple _gather(self, PyObject** argv):
+        """The call's leaves, or None where a list or tuple is not the previous
+        call's type and length (only the guard asks that of a new call)."""
+        cdef Py_ssize_t i, n = PyTuple_GET_SIZE(self.leaf_index)
+        cdef tuple leaves
+        cdef object item
+        if self.containers is None:
+            leaves = PyTuple_New(n)
+            for i in range(n):
+                item = <object>argv[<Py_ssize_t><object>PyTuple_GET_ITEM(self.leaf_index, i)]
+                Py_INCREF(item)
+                PyTuple_SET_ITEM(leaves, i, item)
+            return leaves
+        cdef list gathered = []
+        for i in range(n):
+            item = <object>argv[<Py_ssize_t><object>PyTuple_GET_ITEM(self.leaf_index, i)]
+            kind = <object>PyTuple_GET_ITEM(self.containers, i)
+            if kind is None:
+                gathered.append(item)
+            elif (type(item) is kind and len(item)
+                    == <Py_ssize_t><object>PyTuple_GET_ITEM(self.lengths, i)):
+                gathered.extend(item)
+            else:
+                return None
+        return tuple(gathered)
+
+    cdef bint _statics_match(self, PyObject** argv, tuple static_args):
+        # static_args holds (name, type, value) triples in static_index's order.
+        cdef Py_ssize_t i
+        for i in range(PyTuple_GET_SIZE(self.static_index)):
+            value = <object>argv[<Py_ssize_t><object>PyTuple_GET_ITEM(self.static_index, i)]
+            expected = <object>PyTuple_GET_ITEM(static_args, 3 * i + 2)
+            if type(value) is not <object>PyTuple_GET_ITEM(static_args, 3 * i + 1):
+                return False
+            if value is not expected:
+                try:
+                    if not value == expected:
+                        return False
+                except Exception:
+                    return False    # the general path reports it as jax does
+        return True
+
+
+cdef CallLayout _layout_of(tuple args, dict kwargs, object kwnames,
+                           frozenset static_names, CallSignature signature):
+    """The CallLayout of a call, or None when some dynamic argument is neither
+    a leaf nor a list or tuple of leaves."""
+    cdef tuple static_args = signature.static_args
+    cdef Py_ssize_t nargs = PyTuple_GET_SIZE(args)
+    # Static positions come first in static_args, in increasing order.
+    cdef tuple static_positions = tuple([label for label in static_args[::3] if type(label) is int])
+    cdef tuple dynamic_positions = tuple([i for i in range(nargs) if i not in static_positions])
+    dynamic_names = sorted(name for name in kwnames or () if name not in static_names)
+    cdef list values = [args[i] for i in dynamic_positions] + [kwargs[name] for name in dynamic_names]
+    # None for a leaf, else the list or tuple type of leaves it is.
+    cdef list kinds = []
+    for value in values:
+        kind = None
+        if classify_leaf(value) > LEAF_HOST:
+            kind = _container_of(value)
+            if kind is None:
+                return None
+        kinds.append(kind)
+    containers = tuple(kinds)
+    cdef CallLayout layout = CallLayout.__new__(CallLayout)
+    layout.kwnames = kwnames
+    layout.nargs = nargs
+    layout.leaf_index = None
+    layout.containers = None
+    layout.lengths = None
+    layout.static_index = static_positions
+    cdef bint nested = any(kind is not None for kind in containers)
+    if kwnames is not None or static_positions or nested:
+        layout.leaf_index = dynamic_positions + tuple(
+            nargs + kwnames.index(name) for name in dynamic_names)
+        layout.static_index += tuple(
+            nargs + kwnames.index(name)
+            for name in sorted(name for name in kwnames or () if name in static_names))
+    if nested:
+        layout.containers = containers
+        layout.lengths = tuple([0 if kind is None else len(value)
+                                for value, kind in zip(values, containers)])
+    num_leaves = sum([1 if kind is None else len(value) for value, kind in zip(values, containers)])
+    return layout if num_leaves == signature.treedef.num_leaves else None
+
+
+cdef inline str _hand_off_reason(PreviousJitCall previous, Call* call):
+    """Why jax.jit takes this call, laid out as the previous one, whatever
+    jax's context, or None: the previous call's entry is one jax.jit runs for
+    its numpy leaves, or this call brings a Python scalar value its executable
+    leaves to jax (see Inputs.new_scalar_in)."""
+    if previous.hand_off_guarded:
+        return _HOST_DATA
+    cdef Executable executable = previous.entry.executable
+    if executable is None or not executable.inputs.new_scalars_to_jax:
+        return None
+    # Every hand-off asks: read the leaves in place where they are the
+    # positional arguments, gathered only where keywords or statics interleave.
+    cdef tuple gathered
+    if previous.layout.leaf_index is None:
+        found = executable.inputs.new_scalar_in(call.argv)
+    else:
+        gathered = previous.layout.leaves(call)
+        found = executable.inputs.new_scalar_in(PySequence_Fast_ITEMS(gathered))
+    return _NEW_SCALAR if found else None
+
+
+@cython.final
+cdef class CallShape:
+    """How a call passed its arguments: how many positionally, under which
+    keyword names, of which types; and why jax.jit took the last call of
+    this shape for itself (see dispatch)."""
+
+    cdef bint matches(self, Call* call):
+        """The call's argument array holds as many arguments of the same
+        types, under the same keyword names."""
+        cdef Py_ssize_t i, n = PyVectorcall_NARGS(call.nargsf)
+        if n != self.nargs or not _same_keywords(call.kwnames, self.kwnames):
+            return False
+        if call.kwnames != NULL:
+            n += PyTuple_GET_SIZE(<tuple>call.kwnames)
+        for i in range(n):
+            if type(<object>call.argv[i]) is not <object>PyTuple_GET_ITEM(self.arg_types, i):
+                return False
+        return True
+
+    cdef bint hand_off_now(self, Call* call):
+        """jax.jit takes this call as it took the last of this shape, before
+        it is flattened; but every 64th goes the whole way again, in case its
+        leaves (or jax's choice) have changed."""
+        if self.reason is None or not self.matches(call):
+            return False
+        self.hand_offs += 1
+        return (self.hand_offs & 63) != 0
+
+
+cdef CallShape _shape_of(Call* call, str reason):
+    cdef CallShape shape = CallShape.__new__(CallShape)
+    shape.nargs = PyVectorcall_NARGS(call.nargsf)
+    shape.kwnames = None if call.kwnames == NULL else <object>call.kwnames
+    cdef Py_ssize_t n = shape.nargs
+    if call.kwnames != NULL:
+        n += PyTuple_GET_SIZE(<tuple>call.kwnames)
+    shape.arg_types = tuple([type(<object>call.argv[i]) for i in range(n)])
+    shape.reason = reason
+    return shape
+
+
+@cython.final
+cdef class PreviousJitCall(PreviousCall):
+    """The engine's PreviousCall, with what jit guards a call by before
+    flattening it: its layout in the argument array, and whether jax.jit took
+    it for its leaves' sake."""
+
+cdef class _NotGiven:
+    def __repr__(self):
+        return "<not given>"
+
+# Marks a jit option the caller left out, so that jax.jit applies its own default.
+NOT_GIVEN = _NotGiven()
+
+
+def _freeze(value):
+    """A hashable stand-in for a jit option, for the shared cache's key."""
+    if isinstance(value, (list, tuple)):
+        return tuple(_freeze(v) for v in value)
+    if isinstance(value, dict):
+        return tuple(sorted((k, _freeze(v)) for k, v in value.items()))
+    return value
+
+
+def _positional_names(fun):
+    try:
+        parameters = inspect.signature(fun).parameters.values()
+    except (TypeError, ValueError):
+        return ()
+    return tuple(p.name for p in parameters
+                 if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD))
+
+
+cdef object _vectorcall(CompiledFunction self, PyObject** argv, size_t nargsf,
+                        PyObject* kwnames):
+    # The type's PEP 590 slot: Python's way into every call.
+    cdef Call call
+    call.argv = argv
+    call.nargsf = nargsf
+    call.kwnames = kwnames
+    call.function = <PyObject*>self
+    if self.executables is None:
+        raise TypeError(_NOT_MADE_BY_JIT)
+    return self.call(&call)
+
+
+@cython.final
+cdef class CompiledFunction(Engine):
+    """A function compiled by ``fastdispatch.jit``: call it as the function.
+
+    Behaves as ``jax.jit(fun, **options)`` in every observable way (results,
+    dtypes, weak types, shardings, errors, retraces), with less time spent per
+    call between Python and the executable.
+    """
+
+    def __cinit__(self):
+        self._vectorcall_slot = <vectorcallfunc>_vectorcall
+
+    def __init__(self, fun, dict options=None, cache=None):
+        options = {} if options is None else options
+        self.span_name = f"FastDispatch({_jax.fun_name(fun)})"
+        self.library = _JAX_JIT
+        if cache is not None and not isinstance(cache, CompiledFunctionCache):
+            raise TypeError(
+                f"jit: cache must be a fastdispatch.CompiledFunctionCache, got {cache!r}")
+        # jax.jit validates fun and every option, with its own messages.
+        self._jitted = _jax.jax_jit(fun, **options)
+        self.fun = fun
+        self._options = options
+        self._shared_cache = default_cache() if cache is None else cache
+        try:
+            options_key = _freeze(options)
+            hash(options_key)
+        except TypeError:
+            options_key = object()   # unhashable option: this object's entries only
+        self.executables = self._shared_cache.function_cache(fun, options_key)
+        resolved = _jax.resolved_arguments(self._jitted)
+        self._static_argnums = resolved.static_argnums
+        self._static_argnames = frozenset(resolved.static_argnames)
+        self._has_static = bool(self._static_argnums or self._static_argnames)
+        self._donates = bool(resolved.donate_argnums or resolved.donate_argnames)
+        static_positions = {i for i in self._static_argnums if i >= 0}
+        self._dynamic_arg_names = tuple(
+            name for i, name in enumerate(_positional_names(fun))
+            if i not in static_positions)
+        functools.update_wrapper(self, fun)
+        # Tracing: the trace learns where this was made (a new wrapper in a loop is a finding).
+        made = getattr(trace_sink(), "made", None)
+        if made is not None:
+            made(self)
+
+    # -- the hot path ------------------------------------------------------
+
+    def __call__(self, *args, **kwargs):
+        # Reached through PyObject_Call only (functools.partial, say): the
+        # arguments are laid out as a vectorcall would pass them.
+        cdef tuple values = args + tuple(kwargs.values()) if kwargs else args
+        cdef tuple names = tuple(kwargs) if kwargs else None
+        cdef Call call
+        call.argv = PySequence_Fast_ITEMS(values)
+        call.nargsf = PyTuple_GET_SIZE(args)
+        call.kwnames = <PyObject*>names if names is not None else NULL
+        call.function = <PyObject*>self
+        if self.executables is None:
+            raise TypeError(_NOT_MADE_BY_JIT)
+        return self.call(&call)
+
+    cdef object dispatch(self, Call* call, CallTimes* times):
+        """The guard on the argument array, jax's state, then flatten and lookup."""
+        cdef PreviousJitCall previous = <PreviousJitCall>self.previous
+        cdef bint guarded = False
+        if self._refused is not None and self._refused.hand_off_now(call):
+            # The last call of this shape was one jax.jit raises for (an
+            # unhashable static argument, a leaf it rejects): this one goes to
+            # it unflattened.
+            return self.hand_off(call, self._refused.reason, times, None)
+        if previous is not None and not previous.entry.evicted:
+            if previous.layout is not None:
+                guarded = previous.layout.guard(call, previous.signature)
+                if guarded:
+                    # jax.jit takes a call for what its leaves are (numpy
+                    # arguments, a step counter's new value: it converts them
+                    # faster); jax's context and trace state cannot change
+                    # that, so neither is read.
+                    reason = _hand_off_reason(previous, call)
+                    if reason is not None:
+                        self.executables.touch(previous.entry)
+                        return self.hand_off(call, reason, times, previous.signature)
+            elif previous.shape.hand_off_now(call):
+                # A call of trees laid out as the previous one, which jax.jit
+                # took for its leaves' sake: it takes this one too, unflattened.
+                return self.hand_off(call, previous.shape.reason, times, None)
+        if not trace_state_clean():   # first: a hand-off under a transformation needs no context
+            return self.hand_off(call, _TRACER, times, None)
+        context = trace_context()
+        if previous is not None and not previous.signature.same_context(context):
+            # jax's settings changed since the previous call: one jax.jit
+            # itself runs (disable_jit, say) goes to it before flattening.
+            reason = _slow_path_reason()
+            if reason is not None:
+                return self.hand_off(call, reason, times, None)
+        elif guarded:
+            return self.run(call, previous.entry, previous.entry.finish,
+                            previous.layout.leaves(call), times)
+        return self._flatten(call, context, times)
+
+    cdef object _flatten(self, Call* call, tuple context, CallTimes* times):
+        """Static arguments split off, the dynamic ones flattened; then the engine."""
+        cdef Py_ssize_t nargs = PyVectorcall_NARGS(call.nargsf)
+        cdef tuple args = _tuple_from_array(call.argv, nargs)
+        cdef dict kwargs = _kwargs_from_array(call.argv, nargs, call.kwnames)
+        cdef tuple static_args = ()
+        if self._has_static:
+            args, kwargs, static_args = self._split_static(args, kwargs)
+        cdef list leaves = []
+        cdef TreeDef treedef = flatten_into((args, kwargs), leaves)
+        return self.lookup(call, treedef, leaves, static_args, context,
+                           self._dynamic_arg_names, None, times)
+
+    # -- the engine's hooks ------------------------------------------------
+
+    cdef object library_call(self, Call* call):
+        """jax.jit runs the call as the caller made it."""
+        return PyObject_Vectorcall(self._jitted, call.argv, call.nargsf, call.kwnames)
+
+    cdef tuple build(self, Call* call, CacheEntry entry, list leaves, object out):
+        """jax's executable for the call it just ran: asking jax.jit for the
+        Compiled costs ~0.2 ms, since jax caches both the trace and the
+        executable."""
+        cdef Py_ssize_t nargs = PyVectorcall_NARGS(call.nargsf)
+        traced = self._jitted.trace(*_tuple_from_array(call.argv, nargs),
+                                    **_kwargs_from_array(call.argv, nargs, call.kwnames))
+        compiled = traced.lower().compile()
+        cdef tuple built
+        try:
+            built = self._from_compiled(entry, leaves, compiled, True)
+        except NotFast as refusal:
+            self._warm_save(entry, compiled, traced, refusal.reason)
+            raise
+        self._warm_save(entry, compiled, traced, None)
+        return built
+
+    cdef object _warm_save(self, CacheEntry entry, object compiled, object traced, str reason):
+        """Write the compile under the entry's warm-start key.  One jax.jit runs
+        here for its host arguments (``reason``: numpy arguments, say) is written
+        too: a loaded entry converts them itself.  One jax.jit runs for what its
+        executable is (effects, a reshard) is not, and says why."""
+        if entry.warm_key is None:
+            return
+        store = warm_store()
+        if store is None:
+            return
+        if reason is None or reason is _HOST_DATA:
+            store.save_jit(entry.warm_key, compiled, self.fun, traced, entry.signature)
+        else:
+            store.refuse(self.fun, _reasons.WARM_LIBRARY_CALL, f"is run by jax.jit ({reason})")
+
+    cdef object warm_key(self, Call* call, CallSignature signature, object store):
+        """The call's key in the warm-start store (fastdispatch.warm), or None.
+        In checked mode jax traces the call here, into its cache: the compile
+        of a miss reuses that trace."""
+        cdef Py_ssize_t nargs
+        if store.checked:
+            nargs = PyVectorcall_NARGS(call.nargsf)
+            return store.checked_key(self.fun, self._jitted, self._options, signature,
+                                     _tuple_from_array(call.argv, nargs),
+                                     _kwargs_from_array(call.argv, nargs, call.kwnames))
+        return store.key(self.fun, self._options, signature)
+
+    cdef tuple build_loaded(self, Call* call, CacheEntry entry, list leaves, object loaded):
+        """The entry of an executable loaded from the warm-start store.  It
+        converts host values itself: handing them to jax.jit, whose caches
+        are empty in this process, would trace and compile after all.  One
+        stored with a recipe has its output tree rebuilt from this call's
+        arguments (their trees' node data did not pickle)."""
+        if type(loaded) is not tuple:
+            return self._from_compiled(entry, leaves, loaded, False)
+        compiled, recipe = loaded
+        out_tree = warm_store().jit_out_tree(recipe, entry.signature)
+        return (make_executable(compiled, entry.signature, leaves, self._donates, False),
+                output_tree(out_tree))
+
+    cdef tuple _from_compiled(self, CacheEntry entry, list leaves, object compiled,
+                              bint hand_off_to_jax):
+        """(Executable, Outputs) of a jax.stages.Compiled: jax.jit's just now,
+        or one loaded from the warm-start store (see make_executable)."""
+        return (make_executable(compiled, entry.signature, leaves, self._donates,
+                                hand_off_to_jax),
+                output_tree(compiled.out_tree))
+
+    cdef void remember(self, Call* call, CacheEntry entry, CallSignature signature):
+        """Make this call the guard's guess for the next one."""
+        cdef Py_ssize_t nargs = PyVectorcall_NARGS(call.nargsf)
+        cdef tuple args = _tuple_from_array(call.argv, nargs)
+        cdef dict kwargs = _kwargs_from_array(call.argv, nargs, call.kwnames)
+        cdef PreviousJitCall previous = PreviousJitCall.__new__(PreviousJitCall)
+        previous.entry = entry
+        previous.signature = signature
+        previous.layout = _layout_of(args, kwargs,
+                                     None if call.kwnames == NULL else <object>call.kwnames,
+                                     self._static_argnames, signature)
+        previous.hand_off_guarded = (previous.layout is not None and entry.executable is None
+                                     and entry.hand_off_reason is _HOST_DATA)
+        previous.shape = _shape_of(call, None)
+        self.previous = previous
+        self._refused = None
+
+    cdef void handed_off(self, Call* call, CacheEntry entry, str reason):
+        """jax.jit takes a call.  Refused before any entry was found (None: jax.jit
+        raises for it, as a rule): the next of its shape goes to jax.jit before
+        it is flattened.  On ``entry``, for the leaves' sake, where the call's
+        arguments are trees: the next call laid out alike goes to jax.jit
+        before it is flattened (see dispatch)."""
+        if entry is None:
+            self._refused = _shape_of(call, reason)
+            return
+        cdef PreviousJitCall previous = <PreviousJitCall>self.previous
+        if previous is None or previous.entry is not entry or previous.layout is not None:
+            return
+        if reason is _HOST_DATA or reason is _NEW_SCALAR:
+            previous.shape.reason = reason
+
+    cdef object returned(self, Call* call, object out):
+        """The one post-hook check, then the output."""
+        cdef Py_ssize_t nargs
+        if _global_post_hook is not None or _thread_post_hooks:
+            nargs = PyVectorcall_NARGS(call.nargsf)
+            _call_post_hook(self, _tuple_from_array(call.argv, nargs),
+                            _kwargs_from_array(call.argv, nargs, call.kwnames), out)
+        return out
+
+    cdef tuple _split_static(self, tuple args, dict kwargs):
+        """(dynamic args, dynamic kwargs, static (label, type, value) triples).
+
+        Static positions in increasing order, then static names in sorted
+        order, so that the key does not depend on how the call spelled them."""
+        cdef Py_ssize_t n = PyTuple_GET_SIZE(args), i, index
+        cdef list static = []
+        cdef list positions = None
+        cdef tuple dynamic_args = args
+        cdef dict dynamic_kwargs = kwargs
+        for i in self._static_argnums:
+            index = i + n if i < 0 else i
+            if 0 <= index < n:
+                if positions is None:
+                    positions = []
+                positions.append(index)
+        if positions is not None:
+            if len(positions) > 1:
+                positions.sort()
+            for index in positions:
+                value = <object>PyTuple_GET_ITEM(args, index)
+                static += (index, type(value), value)
+            dynamic_args = tuple([a for index, a in enumerate(args) if index not in positions])
+        if kwargs and self._static_argnames:
+            named = [(name, type(value), value) for name, value in kwargs.items()
+                     if name in self._static_argnames]
+            if named:
+                if len(named) > 1:
+                    named.sort(key=_first)
+                for triple in named:
+                    static += triple
+                if len(named) == len(kwargs):
+                    dynamic_kwargs = _NO_KWARGS
+                else:
+                    dynamic_kwargs = {name: value for name, value in kwargs.items()
+                                      if name not in self._static_argnames}
+        return dynamic_args, dynamic_kwargs, tuple(static)
+
+    # -- the Python object ---------------------------------------------------
+
+    def __get__(self, instance, owner):
+        # A CompiledFunction in a class body is a method, as a function would be.
+        if instance is None:
+            return self
+        return types.MethodType(self, instance)
+
+    @property
+    def __signature__(self):
+        return inspect.signature(self.fun)
+
+    def __repr__(self):
+        # jax.jit's words: a drop-in prints as the wrapper it replaces.
+        try:
+            fun_repr = repr(self.fun)
+        except Exception:
+            return "<PjitFunction>"   # as jax.jit: repr never raises
+        return f"<PjitFunction of {fun_repr}>"
+
+    def __getstate__(self):
+        """Part of what jax.jit's wrapper reports of itself: its
+        ``function_name`` (through functools.partial), the function and its
+        static arguments.  Pickling goes through ``__reduce__``."""
+        return {
+            "function_name": _jax.fun_name(self.fun),
+            "fun": self.fun,
+            "static_argnums": self._static_argnums,
+            "static_argnames": tuple(sorted(self._static_argnames)),
+        }
+
+    def __reduce__(self):
+        cache = None if self._shared_cache is default_cache() else self._shared_cache
+        return _rebuild, (self.fun, self._options, cache)
+
+    def lower(self, *args, **kwargs):
+        """``jax.jit(fun).lower(...)``: a jax.stages.Lowered."""
+        return self._jitted.lower(*args, **kwargs)
+
+    def trace(self, *args, **kwargs):
+        """``jax.jit(fun).trace(...)``: a jax.stages.Traced."""
+        return self._jitted.trace(*args, **kwargs)
+
+    def eval_shape(self, *args, **kwargs):
+        """``jax.jit(fun).eval_shape(...)``: output shapes and dtypes."""
+        return self._jitted.eval_shape(*args, **kwargs)
+
+    def clear_cache(self):
+        """Forget this function's executables and jax's traces of it."""
+        self._clear_cache()
+        self._jitted.clear_cache()
+
+    def library_function(self):
+        """jax's own jit of the function: ``jax.jit(fun, same options)``."""
+        return self._jitted
+
+    def warm_identity(self):
+        """The function and its jit options (fastdispatch.warm.identity)."""
+        return self.fun, self._options
+
+    def _cache_size(self):
+        """The number of executables held for this function."""
+        return len(self.executables)
+
+    def _clear_cache(self):
+        self.executables.clear()
+        self.previous = None
+
+    @property
+    def cache(self):
+        """The CompiledFunctionCache holding this function's executables."""
+        return self._shared_cache
+
+    def _cache_entries(self):
+        """This function's CacheEntry objects (for tests and the tracer)."""
+        return self.executables.values()
+
+
+cdef void _install_vectorcall():
+    # Cython gives cdef classes tp_call only; point the type's vectorcall slot
+    # at the instance field that __cinit__ fills.  The class is final, so no
+    # subclass can inherit a slot that would skip its own __call__.
+    cdef CompiledFunction probe = CompiledFunction.__new__(CompiledFunction)
+    cdef _VectorcallType* type_object = <_VectorcallType*>CompiledFunction
+    type_object.tp_vectorcall_offset = (
+        <char*>&probe._vectorcall_slot - <char*><PyObject*>probe)
+    type_object.tp_flags |= Py_TPFLAGS_HAVE_VECTORCALL
+
+
+_install_vectorcall()
+
+
+def _rebuild(fun, options, cache):
+    return CompiledFunction(fun, options, cache)
+
+
+def jit(fun=NOT_GIVEN, /, *, in_shardings=NOT_GIVEN, out_shardings=NOT_GIVEN,
+        static_argnums=NOT_GIVEN, static_argnames=NOT_GIVEN,
+        donate_argnums=NOT_GIVEN, donate_argnames=NOT_GIVEN, keep_unused=NOT_GIVEN,
+        device=NOT_GIVEN, backend=NOT_GIVEN, inline=NOT_GIVEN,
+        compiler_options=NOT_GIVEN, cache=None):
+    """``jax.jit`` with less dispatch time; same arguments, same behaviour.
+
+    Usable as ``@jit``, ``jit(f, ...)`` and ``@jit(static_argnames=...)``.
+    ``cache`` is the CompiledFunctionCache to keep executables in (default:
+    ``fastdispatch.default_cache()``).  Returns a CompiledFunction.
+    """
+    given = dict(in_shardings=in_shardings, out_shardings=out_shardings,
+                 static_argnums=static_argnums, static_argnames=static_argnames,
+                 donate_argnums=donate_argnums, donate_argnames=donate_argnames,
+                 keep_unused=keep_unused, device=device, backend=backend,
+                 inline=inline, compiler_options=compiler_options)
+    options = {name: value for name, value in given.items() if value is not NOT_GIVEN}
+    if fun is NOT_GIVEN:
+        # A plain function, as jax.jit's decorator form is.
+        return lambda fun: CompiledFunction(fun, options, cache)
+    return CompiledFunction(fun, options, cache)
