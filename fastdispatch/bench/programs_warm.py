@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import os
 import re
+import resource
 import statistics
 import subprocess
 import sys
@@ -58,6 +59,7 @@ def run_timed(argv: list[str], cwd: str, env: dict, label: str) -> dict:
     lines = []
     # stderr to a file: a pipe left unread while stdout is read could fill and stall the program.
     with tempfile.TemporaryFile("w+") as errors:
+        cpu_before = _children_cpu()
         start = time.perf_counter()
         launched = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=errors, text=True)
         with launched as proc:
@@ -78,6 +80,7 @@ def run_timed(argv: list[str], cwd: str, env: dict, label: str) -> dict:
                 proc.wait()
                 return {"wall_s": time.perf_counter() - start, "error": f"{label} timed out", "stdout": ""}
         wall = time.perf_counter() - start
+        cpu = _children_cpu() - cpu_before
         errors.seek(0)
         stderr = errors.read()
     error = None
@@ -91,10 +94,18 @@ def run_timed(argv: list[str], cwd: str, env: dict, label: str) -> dict:
         "wall_s": wall,
         "first_s": first,
         "begin_s": begin,
+        "cpu_s": cpu,
         "stdout": "".join(lines),
         "stderr": stderr,
         "error": error,
     }
+
+
+def _children_cpu() -> float:
+    """User and system seconds of this process's waited-for children: one
+    run's is the difference around it (the runs are one at a time)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def bench_program(name: str, directory: str, repeats: int, steps: int) -> dict:
@@ -123,9 +134,7 @@ def bench_program(name: str, directory: str, repeats: int, steps: int) -> dict:
                 run = run_timed([*launcher, *args], cwd, env, f"{name}, {mode}")
                 if run["error"]:
                     return {"program": name, "error": run["error"], "samples": samples}
-                samples[mode].append(
-                    {"wall_s": run["wall_s"], "first_s": run["first_s"], "begin_s": run["begin_s"]}
-                )
+                samples[mode].append({key: run[key] for key in ("wall_s", "first_s", "begin_s", "cpu_s")})
                 stdout.setdefault(mode, run["stdout"])
         env = report_environment(scratch)
         reported = run_timed([*warm_start_argv(store), *args], cwd, env, f"{name}, report")
@@ -181,6 +190,11 @@ def summarize(name: str, samples: dict, stdout: dict, store: list[str]) -> dict:
         mode: statistics.median(values) if values and None not in values else None
         for mode, values in begins.items()
     }
+    cpus = {mode: [s.get("cpu_s") for s in samples[mode]] for mode in MODES}
+    cpu = {
+        mode: statistics.median(values) if values and None not in values else None
+        for mode, values in cpus.items()
+    }
     first_ratio = None
     if first["fd warm"] is not None and first["jax cache"]:
         first_ratio = first["fd warm"] / first["jax cache"]
@@ -191,6 +205,8 @@ def summarize(name: str, samples: dict, stdout: dict, store: list[str]) -> dict:
         "wall_s": wall,
         "first_s": first,
         "begin_s": begin,
+        "cpu_s": cpu,
+        "cpu_ratio": cpu["fd warm"] / cpu["jax cache"] if cpu["fd warm"] and cpu["jax cache"] else None,
         "wall_ratio": wall["fd warm"] / wall["jax cache"],
         "first_ratio": first_ratio,
         "same_output": len(set(stdout.values())) == 1,
@@ -200,7 +216,7 @@ def summarize(name: str, samples: dict, stdout: dict, store: list[str]) -> dict:
 
 def format_table(rows: list[dict], repeats: int, steps: int) -> str:
     head = ["program", *(f"{mode} s" for mode in MODES), "b/a wall"]
-    head += ["a begin s", "b begin s"]
+    head += ["b/a cpu", "a begin s", "b begin s"]
     head += [f"{mode} first s" for mode in MODES] + ["b/a first"]
     cells, notes = [], []
     for row in rows:
@@ -217,6 +233,7 @@ def format_table(rows: list[dict], repeats: int, steps: int) -> str:
                 row["program"],
                 *(f"{row['wall_s'][mode]:.2f}" for mode in MODES),
                 f"{row['wall_ratio']:.2f}",
+                "-" if row.get("cpu_ratio") is None else f"{row['cpu_ratio']:.2f}",
                 *("-" if value is None else f"{value:.2f}" for value in begins),
                 *("-" if value is None else f"{value:.2f}{mark}" for value in firsts),
                 "-" if row["first_ratio"] is None else f"{row['first_ratio']:.2f}",
@@ -229,10 +246,11 @@ def format_table(rows: list[dict], repeats: int, steps: int) -> str:
     lines = aligned(head, cells)
     lines.append(
         f"a: stock, jax's persistent cache warm; b: python -m fastdispatch --warm-start, store warm; "
-        f"whole processes at --steps {steps}, median of {repeats}, modes alternating; begin: from the "
-        "process's start to the program's `training N steps` line (imports, model made); first: from "
-        "that line to its `step 1` line (*: from the process's start, or to its first line); targets "
-        "b/a wall <= 1.0, first <= 0.35"
+        f"whole processes at --steps {steps}, median of {repeats}, modes alternating; "
+        "cpu: the process's user and system seconds, all threads (less shaken by other jobs than wall); "
+        "begin: from the process's start to the program's `training N steps` line (imports, model made); "
+        "first: from that line to its `step 1` line (*: from the process's start, or to its first line); "
+        "targets b/a wall <= 1.0, first <= 0.35"
     )
     lines += [f"  {note}" for note in notes]
     return "\n".join(lines)
