@@ -12,9 +12,13 @@ Both caches are filled by one untimed run each first; then the modes run in
 turns, the order alternating, a few repeats.  Two numbers per run:
 
 * the whole-process wall time (imports, start-up, compiles, the loop);
-* the time to the first step's result: when the program's ``step 1`` line
-  reaches its stdout (the programs print one right after their first step's
-  result, as flax's examples print at step 0), else its first line.
+* the time to the first step's result, from the first step's own start:
+  from the program's ``training N steps`` line (printed right before its
+  loop) to its ``step 1`` line (printed right after the first step's result,
+  as flax's examples print at step 0).  Imports and model initialisation are
+  the wall time's, not the step's.  A program without the start line is timed
+  from its process's start; one without a ``step 1`` line, to its first line;
+* the time to the first step's start (imports, start-up, the model made).
 
 Medians over the repeats; b/a for both (targets: wall <= 1.0, first step
 <= 0.35 where the step can be described).  One more untimed warm run prints
@@ -25,6 +29,7 @@ from __future__ import annotations
 
 import os
 import re
+import resource
 import statistics
 import subprocess
 import sys
@@ -40,23 +45,31 @@ QUICK = (1, 100)
 MODES = ("jax cache", "fd warm", "no cache")
 TIMEOUT_S = 900
 _FIRST_STEP = re.compile(r"^step 1\b")
+_STEPS_BEGIN = re.compile(r"^training \d+ steps$")
 
 
 def run_timed(argv: list[str], cwd: str, env: dict, label: str) -> dict:
-    """One whole-process run: ``wall_s``, ``first_s`` (the ``step 1`` line, or
-    the first line, reached stdout; None if it printed nothing), ``stdout``,
-    ``stderr`` and ``error`` (None, or why the run failed)."""
+    """One whole-process run: ``wall_s``; ``first_s``, the first step's time
+    (from the ``training N steps`` line, else from the start, to the ``step 1``
+    line, else to the first line; None if it printed nothing); ``begin_s``,
+    when the ``training`` line came (None: it did not); ``stdout``, ``stderr``
+    and ``error`` (None, or why the run failed)."""
     env = dict(env, PYTHONUNBUFFERED="1")  # each line as printed, so that it can be timed
-    first_line = first_step = None
+    first_line = first_step = begin = None
     lines = []
     # stderr to a file: a pipe left unread while stdout is read could fill and stall the program.
     with tempfile.TemporaryFile("w+") as errors:
+        cpu_before = _children_cpu()
         start = time.perf_counter()
         launched = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=errors, text=True)
         with launched as proc:
             try:
                 for line in proc.stdout:
                     now = time.perf_counter() - start
+                    if begin is None and _STEPS_BEGIN.match(line):
+                        begin = now
+                        lines.append(line)
+                        continue
                     first_line = now if first_line is None else first_line
                     if first_step is None and _FIRST_STEP.match(line):
                         first_step = now
@@ -67,19 +80,32 @@ def run_timed(argv: list[str], cwd: str, env: dict, label: str) -> dict:
                 proc.wait()
                 return {"wall_s": time.perf_counter() - start, "error": f"{label} timed out", "stdout": ""}
         wall = time.perf_counter() - start
+        cpu = _children_cpu() - cpu_before
         errors.seek(0)
         stderr = errors.read()
     error = None
     if proc.returncode != 0:
         last = (stderr.strip().splitlines() or ["(no stderr)"])[-1]
         error = f"{label} exited {proc.returncode}: {last}"
+    first = first_step if first_step is not None else first_line
+    if first is not None and begin is not None:
+        first -= begin
     return {
         "wall_s": wall,
-        "first_s": first_step if first_step is not None else first_line,
+        "first_s": first,
+        "begin_s": begin,
+        "cpu_s": cpu,
         "stdout": "".join(lines),
         "stderr": stderr,
         "error": error,
     }
+
+
+def _children_cpu() -> float:
+    """User and system seconds of this process's waited-for children: one
+    run's is the difference around it (the runs are one at a time)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def bench_program(name: str, directory: str, repeats: int, steps: int) -> dict:
@@ -108,7 +134,7 @@ def bench_program(name: str, directory: str, repeats: int, steps: int) -> dict:
                 run = run_timed([*launcher, *args], cwd, env, f"{name}, {mode}")
                 if run["error"]:
                     return {"program": name, "error": run["error"], "samples": samples}
-                samples[mode].append({"wall_s": run["wall_s"], "first_s": run["first_s"]})
+                samples[mode].append({key: run[key] for key in ("wall_s", "first_s", "begin_s", "cpu_s")})
                 stdout.setdefault(mode, run["stdout"])
         env = report_environment(scratch)
         reported = run_timed([*warm_start_argv(store), *args], cwd, env, f"{name}, report")
@@ -159,6 +185,16 @@ def summarize(name: str, samples: dict, stdout: dict, store: list[str]) -> dict:
     wall = {mode: statistics.median(s["wall_s"] for s in samples[mode]) for mode in MODES}
     firsts = {mode: [s["first_s"] for s in samples[mode] if s["first_s"] is not None] for mode in MODES}
     first = {mode: statistics.median(values) if values else None for mode, values in firsts.items()}
+    begins = {mode: [s.get("begin_s") for s in samples[mode]] for mode in MODES}
+    begin = {
+        mode: statistics.median(values) if values and None not in values else None
+        for mode, values in begins.items()
+    }
+    cpus = {mode: [s.get("cpu_s") for s in samples[mode]] for mode in MODES}
+    cpu = {
+        mode: statistics.median(values) if values and None not in values else None
+        for mode, values in cpus.items()
+    }
     first_ratio = None
     if first["fd warm"] is not None and first["jax cache"]:
         first_ratio = first["fd warm"] / first["jax cache"]
@@ -168,6 +204,9 @@ def summarize(name: str, samples: dict, stdout: dict, store: list[str]) -> dict:
         "samples": samples,
         "wall_s": wall,
         "first_s": first,
+        "begin_s": begin,
+        "cpu_s": cpu,
+        "cpu_ratio": cpu["fd warm"] / cpu["jax cache"] if cpu["fd warm"] and cpu["jax cache"] else None,
         "wall_ratio": wall["fd warm"] / wall["jax cache"],
         "first_ratio": first_ratio,
         "same_output": len(set(stdout.values())) == 1,
@@ -177,6 +216,7 @@ def summarize(name: str, samples: dict, stdout: dict, store: list[str]) -> dict:
 
 def format_table(rows: list[dict], repeats: int, steps: int) -> str:
     head = ["program", *(f"{mode} s" for mode in MODES), "b/a wall"]
+    head += ["b/a cpu", "a begin s", "b begin s"]
     head += [f"{mode} first s" for mode in MODES] + ["b/a first"]
     cells, notes = [], []
     for row in rows:
@@ -185,12 +225,17 @@ def format_table(rows: list[dict], repeats: int, steps: int) -> str:
             notes.append(f"{row['program']}: {row['error']}")
             continue
         firsts = [row["first_s"][mode] for mode in MODES]
+        begins = [row.get("begin_s", {}).get(mode) for mode in ("jax cache", "fd warm")]
+        # *: no `training` line; its first step is timed from its process's start.
+        mark = "" if None not in begins else "*"
         cells.append(
             [
                 row["program"],
                 *(f"{row['wall_s'][mode]:.2f}" for mode in MODES),
                 f"{row['wall_ratio']:.2f}",
-                *("-" if value is None else f"{value:.2f}" for value in firsts),
+                "-" if row.get("cpu_ratio") is None else f"{row['cpu_ratio']:.2f}",
+                *("-" if value is None else f"{value:.2f}" for value in begins),
+                *("-" if value is None else f"{value:.2f}{mark}" for value in firsts),
                 "-" if row["first_ratio"] is None else f"{row['first_ratio']:.2f}",
             ]
         )
@@ -201,8 +246,11 @@ def format_table(rows: list[dict], repeats: int, steps: int) -> str:
     lines = aligned(head, cells)
     lines.append(
         f"a: stock, jax's persistent cache warm; b: python -m fastdispatch --warm-start, store warm; "
-        f"whole processes at --steps {steps}, median of {repeats}, modes alternating; first: the "
-        "program's `step 1` line (else its first line) on stdout; targets b/a wall <= 1.0, first <= 0.35"
+        f"whole processes at --steps {steps}, median of {repeats}, modes alternating; "
+        "cpu: the process's user and system seconds, all threads (less shaken by other jobs than wall); "
+        "begin: from the process's start to the program's `training N steps` line (imports, model made); "
+        "first: from that line to its `step 1` line (*: from the process's start, or to its first line); "
+        "targets b/a wall <= 1.0, first <= 0.35"
     )
     lines += [f"  {note}" for note in notes]
     return "\n".join(lines)

@@ -30,7 +30,7 @@ import jax
 
 from fastdispatch import _jax, _reasons
 from fastdispatch.core import engine as _engine
-from fastdispatch.warm import jax_cache, outputs
+from fastdispatch.warm import jax_cache, outputs, refill
 from fastdispatch.warm import preload as preload_module
 from fastdispatch.warm.identity import NotStored, function_digest
 from fastdispatch.warm.keys import (
@@ -78,7 +78,7 @@ def _count_trace(event, duration, **kwargs):
             # A miss's trace, of the function as its key's identity digest says.
             with contextlib.suppress(TypeError):  # a callable without weak references
                 current.traced[pending[3]] = pending[2]
-    elif event == _XLA_EVENT:
+    elif event == _XLA_EVENT and not refill.active():
         with _compiles.lock:
             _compiles.names[str(kwargs.get("fun_name", "?"))] += 1
 
@@ -86,6 +86,8 @@ def _count_trace(event, duration, **kwargs):
 def _count_event(event, **kwargs):
     if event == _JAX_CACHE_HIT_EVENT:
         _traces.jax_cache_hits = getattr(_traces, "jax_cache_hits", 0) + 1
+        if refill.active():
+            return
         with _compiles.lock:
             _compiles.jax_cache_hits += 1
 
@@ -127,6 +129,10 @@ class WarmStart:
         # does not read (committed arguments after the first step's outputs):
         # such a compile is written when the function is as it was traced.
         self.traced = weakref.WeakKeyDictionary()
+        # id -> executable, of those jax's persistent cache served to misses
+        # (kept alive, so that an id is never another's): they do not
+        # serialize whole, nor does a compile jax answers with one of them.
+        self.served = {}
 
     def tally(self, fun) -> dict:
         with self.store._lock:
@@ -225,7 +231,48 @@ class WarmStart:
         GraphDefs, not data)."""
         pending = getattr(_traces, "pending", None)
         _traces.pending = None
-        if pending is not None and getattr(_traces, "jax_cache_hits", 0) > pending[4]:
+        from_jax_cache = self._served_by_jax_cache(
+            compiled, pending is not None and getattr(_traces, "jax_cache_hits", 0) > pending[4]
+        )
+        if type(key) is Checked:
+            if traced is None or not key.describes(traced):
+                self.store.refuse(
+                    fun, _reasons.WARM_OTHER_TRACE, "was compiled from another trace than the one keyed"
+                )
+                return
+
+            def write(fresh):
+                self.store.save(key.digest, fresh, fun, None, self.tally(fun), trees=False)
+
+        else:
+            if pending is None or pending[0] != key:
+                self.store.refuse(
+                    fun,
+                    _reasons.WARM_OTHER_TRACE,
+                    "was compiled from a trace jax made earlier in this process",
+                )
+                return
+            identity = pending[2]
+            if getattr(_traces, "count", 0) <= pending[1] and (
+                identity is None or _get(self.traced, fun) != identity
+            ):
+                # jax served this compile from a trace made earlier in this process
+                # (before a global it reads may have changed): not written.  A
+                # trace made under warm start, of the function as it is now (its
+                # identity digest unchanged since), is the trace a load skips.
+                self.store.refuse(
+                    fun,
+                    _reasons.WARM_OTHER_TRACE,
+                    "was compiled from a trace jax made earlier in this process",
+                )
+                return
+
+            def write(fresh):
+                self.store.save(key, fresh, fun, recipe, self.tally(fun), flat_inputs=flat_inputs)
+
+        if not from_jax_cache:
+            write(compiled)
+        elif traced is None:
             # An executable jax loaded from its persistent cache does not
             # serialize again whole (on CPU its code is missing from the copy).
             self.store.refuse(
@@ -234,33 +281,43 @@ class WarmStart:
                 "was served by jax's persistent cache: not written (a loaded executable does not "
                 "serialize again whole); it is written where jax compiles it",
             )
-            return
-        if type(key) is Checked:
-            if traced is None or not key.describes(traced):
-                self.store.refuse(
-                    fun, _reasons.WARM_OTHER_TRACE, "was compiled from another trace than the one keyed"
-                )
-                return
-            self.store.save(key.digest, compiled, fun, None, self.tally(fun), trees=False)
-            return
-        if pending is None or pending[0] != key:
+        else:
+            self._refill(fun, traced, write)
+
+    def _served_by_jax_cache(self, compiled, hit: bool) -> bool:
+        """Whether ``compiled`` came from jax's persistent cache: it was a hit
+        there (``hit``), or it is the very executable of one (jax reuses an
+        executable for another signature of a call, the committed outputs of a
+        first step, without a second lookup)."""
+        try:
+            executable = compiled.runtime_executable()
+        except Exception:
+            return hit
+        with self.store._lock:
+            if hit:
+                self.served[id(executable)] = executable
+                return True
+            return self.served.get(id(executable)) is executable
+
+    def _refill(self, fun, traced, write):
+        """A miss jax's persistent cache served: compiled once more for the
+        store, beside the program (warm/refill.py), so that the next run loads
+        it; lowered here, where the call's context is."""
+        tally = self.tally(fun)
+        with self.store._lock:
+            tally["refilled"] = tally.get("refilled", 0) + 1
+
+        def failed(why):
             self.store.refuse(
-                fun, _reasons.WARM_OTHER_TRACE, "was compiled from a trace jax made earlier in this process"
+                fun, _reasons.WARM_FROM_JAX_CACHE, f"was served by jax's persistent cache and {why}"
             )
+
+        try:
+            lowered = traced.lower()
+        except Exception as error:  # never let the store break a call
+            failed(f"did not lower again ({type(error).__name__}: {error})")
             return
-        identity = pending[2]
-        if getattr(_traces, "count", 0) <= pending[1] and (
-            identity is None or _get(self.traced, fun) != identity
-        ):
-            # jax served this compile from a trace made earlier in this process
-            # (before a global it reads may have changed): not written.  A
-            # trace made under warm start, of the function as it is now (its
-            # identity digest unchanged since), is the trace a load skips.
-            self.store.refuse(
-                fun, _reasons.WARM_OTHER_TRACE, "was compiled from a trace jax made earlier in this process"
-            )
-            return
-        self.store.save(key, compiled, fun, recipe, self.tally(fun), flat_inputs=flat_inputs)
+        refill.start(lowered, write, failed, lambda: getattr(_traces, "jax_cache_hits", 0))
 
     def save_jit(self, key, compiled, fun, traced, signature):
         """Write a jit compile.  Its argument and output trees are stored as
@@ -514,6 +571,8 @@ def _function_line(tally: dict) -> str:
         parts.append(f"{tally['missed']} missed (not in the store: compiled)")
     if tally.get("damaged"):
         parts.append(f"{tally['damaged']} damaged in the store (compiled instead)")
+    if tally.get("refilled"):
+        parts.append(f"{tally['refilled']} served by jax's persistent cache, compiled again for the store")
     if tally.get("written"):
         parts.append(f"{tally['written']} written")
     if tally.get("not_written"):

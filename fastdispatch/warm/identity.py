@@ -121,6 +121,17 @@ def constant(name: str):
     return None
 
 
+# Classes of installed libraries whose objects are tokens of identity, never
+# of value: a trace reads one only by comparing it with others (flax's FlaxId,
+# the counter-based id of every Linen Module and Scope, which flax itself
+# fingerprints by order of first appearance: linen/transforms.py).  Its
+# number counts the objects made before it in the process, not what the trace
+# computes, so an object of one is described by which distinct token of its
+# class it is among those the digest met, in order.  Matched by the class's
+# module and name: describing one imports nothing.
+_IDENTITY_TOKENS = frozenset({("flax.ids", "FlaxId")})
+
+
 def _resolve(module_name: str, qualname: str):
     value = sys.modules.get(module_name)
     for part in qualname.split("."):
@@ -136,6 +147,7 @@ class _Digest:
         self.seen = {}  # id -> order of the functions, code and containers met (cycles)
         self.alive = []  # keeps them alive, so that ids stay unique
         self.where = "?"  # the function being read: file:line
+        self.tokens = {}  # identity token (by equality) -> the order it was met in
 
     def token(self, *parts):
         # repr, so that no part can hold the separator: one stream, one meaning.
@@ -246,6 +258,8 @@ class _Digest:
                 for name in names:
                     self.token(name)
                     self.value(getattr(value, name), how)
+        elif (kind.__module__, kind.__qualname__) in _IDENTITY_TOKENS and _installed(kind.__module__):
+            self.identity_token(value)
         elif self.jitted(value, how):
             pass
         elif isinstance(value, jax.Array) and jax.dtypes.issubdtype(value.dtype, jax.dtypes.prng_key):
@@ -298,6 +312,14 @@ class _Digest:
         node_types = [kind for kind, _ in tree_nodes(treedef)]
         self.value(class_functions(node_types), how)
         return True
+
+    def identity_token(self, value):
+        """An identity token (``_IDENTITY_TOKENS``): its class, and its order
+        among the distinct tokens met (equal tokens, the same place)."""
+        kind = type(value)
+        self.type_(kind, "holds")
+        order = self.tokens.setdefault((kind, value), len(self.tokens))
+        self.token("identity token", order)
 
     def jitted(self, value, how) -> bool:
         """A fastdispatch function that describes itself (a fastdispatch.jit

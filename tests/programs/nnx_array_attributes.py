@@ -48,6 +48,7 @@ def main():
     model = Model(8, 2, rngs=nnx.Rngs(0))
     optimizer = nnx.Optimizer(model, optax.sgd(1e-2), wrt=nnx.Param)
 
+    print(f"training {args.steps} steps")  # the benchmark times the first step from here
     for step in range(args.steps):
         x = (rng.normal(size=(16, 8)) + 0.5).astype(np.float32)
         y = x @ w_true

@@ -60,6 +60,7 @@ def main():
     optimizer = nnx.Optimizer(model, optax.adamw(1e-3, 0.9), wrt=nnx.Param)
     metrics = nnx.MultiMetric(accuracy=nnx.metrics.Accuracy(), loss=nnx.metrics.Average("loss"))
 
+    print(f"training {args.steps} steps")  # the benchmark times the first step from here
     for step in range(args.steps):
         x, y = batch(64)
         model.train()

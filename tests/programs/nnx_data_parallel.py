@@ -54,6 +54,7 @@ def main():
 
     rng = np.random.default_rng(0)
     w_true = rng.normal(size=(16, 4)).astype(np.float32)
+    print(f"training {args.steps} steps")  # the benchmark times the first step from here
     for step in range(args.steps):
         x = rng.normal(size=(64, 16)).astype(np.float32)
         y = np.sin(x @ w_true)

@@ -84,6 +84,7 @@ if __name__ == "__main__":
     parser.add_argument("--steps", type=int, default=200)
     args = parser.parse_args()
 
+    print(f"training {args.steps} steps")  # the benchmark times the first step from here
     for step, batch in zip(range(args.steps), batches(32)):
         state, loss = train_step(state, batch)
         if step == 0 or (step + 1) % 100 == 0:

@@ -164,3 +164,28 @@ def test_trace_reports_the_step_function(program, step_function):
     assert row is not None, f"no row for {step_function} in the report:\n{result.stderr}"
     assert f"{path_of(program)}:" in row
     assert row.split()[2] == STEPS, row  # one call per step
+
+
+@pytest.mark.parametrize("program", params(("trainstate_numpy",), ("nnx_train_state",)))
+def test_rerun_under_warm_start_loads_every_step_after_an_edit(program, tmp_path):
+    # A TrainState whose apply_fn is a Linen Module's (each holds a FlaxId), or
+    # whose node data hold nnx GraphDefs.  An edit of the program's file
+    # changes the keys (its classes are keyed by its source), not the
+    # programs: jax's cache underneath serves those compiles, which are
+    # compiled again for the store, so that the next run loads every step.
+    copy = tmp_path / f"{program}.py"
+    with open(os.path.join(HERE, program + ".py")) as f:
+        copy.write_text(f.read())
+    stock = run(str(copy), "--steps", "3")
+    assert stock.returncode == 0, stock.stderr
+    store = str(tmp_path / "store")
+    warm = ("-m", "fastdispatch", "--trace", "--warm-start", store, str(copy), "--steps", "3")
+    for edit in ("", "# an edit\n", ""):
+        with open(copy, "a") as f:
+            f.write(edit)
+        result = run(*warm)
+        assert result.returncode == 0, result.stderr
+        assert result.stdout == stock.stdout
+    summary = result.stderr[result.stderr.index("warm start (") :]
+    assert " 0 missed, 0 written" in summary.splitlines()[0], summary
+    assert "not stored" not in summary, summary

@@ -20,7 +20,8 @@ from fastdispatch import _reasons, warm
 from fastdispatch.warm import identity, jax_cache
 from fastdispatch.warm.identity import NotStored, function_digest
 
-nnx = import_flax().nnx
+import_flax()  # this module's tests skip without flax, saying why
+from flax import ids, linen, nnx  # noqa: E402  (flax.nnx: flax's __init__ does not import it)
 
 
 class Opaque:
@@ -155,6 +156,26 @@ def test_a_variable_of_another_type_or_shape_keys_apart():
     assert identity.value_digest(nnx.Param(jnp.ones(3))) != identity.value_digest(nnx.Param(jnp.ones(4)))
     with pytest.raises(NotStored, match="an object of type .*Opaque"):
         identity.value_digest({"w": jnp.ones(2), "o": Opaque()})
+
+
+class Classifier(linen.Module):
+    features: int = 3
+
+    @linen.compact
+    def __call__(self, x):
+        return linen.Dense(self.features)(x)
+
+
+def test_a_linen_module_is_described_by_its_fields_not_by_its_flax_id():
+    # A TrainState's apply_fn is its Module's bound apply; each Module holds a
+    # FlaxId, a counter of the Modules made before it: not what it computes.
+    first, second = Classifier(), Classifier()
+    assert identity.value_digest(first.apply) == identity.value_digest(second.apply)
+    assert identity.value_digest(first.apply) != identity.value_digest(Classifier(features=4).apply)
+    # Tokens of identity: which one is which is described, not their numbers.
+    a, b = ids.uuid(), ids.uuid()
+    assert identity.value_digest((a, b)) == identity.value_digest((b, a))
+    assert identity.value_digest((a, a)) != identity.value_digest((a, b))
 
 
 @pytest.fixture
