@@ -53,7 +53,9 @@ Private names used, all read here only:
   jax.stages.Compiled._params.const_args  constants jax passes ahead of the arguments
   jax.stages.Traced._consts, _params      a trace's constants passed as arguments, and the
                                           parameters its lowering reads (warm start's checked key)
-  jax._src.dispatch.needs_check_special   jax_debug_nans / jax_debug_infs
+  jax._src.dispatch.needs_check_special   jax_debug_nans / jax_debug_infs, as this thread has them
+  jax._src.config.debug_nans, debug_infs, State._update_global_hook, State._add_hooks
+                                          their changes, watched after jax's own hooks
   jax._src.config.enable_x64, default_device (and disable_jit above)
                                           the jit settings behind fastdispatch.jax_jit.state
   jaxlib Config.get_global, get_local, set_local, jaxlib config unset
@@ -572,6 +574,53 @@ def set_local_setting(setting, value) -> None:
     hook = setting._update_thread_local_hook
     if hook is not None:
         hook(None)
+
+
+# -- jax_debug_nans / jax_debug_infs (fastdispatch.core.engine) ---------------------------
+
+# While either is on, jax's C++ jit checks each call's outputs in its post hook
+# and, on a NaN, reruns the call op by op to raise FloatingPointError.  The
+# fast path has no such check, so the engine hands calls to the library then.
+# jax tells each setting's change to the two hooks it holds: the global one
+# (jax.config.update) and the thread's (a `with jax.debug_nans(True):` block).
+_SPECIAL_CHECKS = (_need("jax._src.config", "debug_nans"), _need("jax._src.config", "debug_infs"))
+
+
+def needs_special_checks() -> bool:
+    """Whether jax checks outputs for NaNs or infinities in this thread now."""
+    return bool(_needs_check_special())
+
+
+def watch_special_checks(changed) -> None:
+    """Call ``changed(maybe_on)`` now and each time jax_debug_nans or
+    jax_debug_infs is set, after jax's own hooks.  ``maybe_on`` is True while
+    either is on globally, and for good once a thread has turned one on: a
+    thread's own value cannot be read from another thread, so the caller then
+    asks ``needs_special_checks()`` on each call."""
+    set_in_a_thread = False
+
+    def update():
+        changed(set_in_a_thread or any(setting.get_global() for setting in _SPECIAL_CHECKS))
+
+    def chained(setting):
+        jax_global, jax_local = setting._update_global_hook, setting._update_thread_local_hook
+
+        def on_global(value):
+            if jax_global is not None:
+                jax_global(value)
+            update()
+
+        def on_local(value):
+            nonlocal set_in_a_thread
+            if jax_local is not None:
+                jax_local(value)
+            set_in_a_thread = set_in_a_thread or bool(value)
+            update()
+
+        return on_global, on_local
+
+    for setting in _SPECIAL_CHECKS:
+        setting._add_hooks(*chained(setting))  # calls on_global with today's value
 
 
 # -- argument signatures (fastdispatch.jax_jit.arg_signature) ---------------------------------

@@ -114,6 +114,27 @@ cdef bint trace_state_clean() noexcept:
     return getattr(_trace_state, _trace_state_attr) is _clean_trace_state
 
 
+# jax_debug_nans / jax_debug_infs: whether either may be on (_jax's watch sets
+# it), so that a call asks jax only then.
+cdef bint _special_checks_maybe_on = False
+cdef object _needs_special_checks = _jax.needs_special_checks
+
+
+def _special_checks_changed(maybe_on):
+    global _special_checks_maybe_on
+    _special_checks_maybe_on = maybe_on
+
+
+_jax.watch_special_checks(_special_checks_changed)
+
+
+cdef bint special_checks_on() noexcept:
+    """Whether jax checks this call's outputs for NaNs or infinities: jax.jit
+    does, in its post hook, and the fast path does not, so the call is handed
+    off (reason DEBUG_NANS)."""
+    return _special_checks_maybe_on and _needs_special_checks()
+
+
 cdef tuple trace_context():
     return _trace_context()
 

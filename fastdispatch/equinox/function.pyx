@@ -34,7 +34,7 @@ from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE, PyTuple_New, PyTu
 
 from fastdispatch.core.cache cimport CacheEntry, CompiledFunctionCache
 from fastdispatch.core.engine cimport (
-    Call, CallTimes, Engine, PreviousCall, python_call, trace_context, trace_state_clean,
+    Call, CallTimes, Engine, PreviousCall, python_call, trace_context, special_checks_on, trace_state_clean,
     warm_store)
 from fastdispatch.core.execute cimport Executable, make_executable
 from fastdispatch.core.keys cimport hash_mix
@@ -55,6 +55,7 @@ cdef extern from "Python.h":
 
 cdef str _EQUINOX = "equinox"
 cdef str _TRACER = _reasons.TRACER
+cdef str _DEBUG_NANS = _reasons.DEBUG_NANS
 cdef str _UNSUPPORTED_LEAF = _reasons.UNSUPPORTED_LEAF
 cdef str _ARGUMENT_BINDING = _reasons.ARGUMENT_BINDING
 cdef str _HOST_DATA = _reasons.HOST_DATA
@@ -542,6 +543,8 @@ cdef class FilterDispatcher(Engine):
         cdef dict fields = PyObject_GenericGetDict(<object>call.function, NULL)
         if not trace_state_clean():   # first: a hand-off under a transformation needs no context
             return self.hand_off(call, _TRACER, times, None)
+        if special_checks_on():   # jax.jit checks the outputs: it runs the call
+            return self.hand_off(call, _DEBUG_NANS, times, None)
         context = trace_context()
         cdef BindPlan plan = self.plan_for(<object>PyDict_GetItem(fields, _SIGNATURE), args, kwargs)
         if plan.refused:

@@ -33,7 +33,7 @@ from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE, PyTuple_New, PyTu
 
 from fastdispatch.core.cache cimport CacheEntry, CompiledFunctionCache
 from fastdispatch.core.engine cimport (
-    Call, CallTimes, Engine, PreviousCall, trace_context, trace_sink, trace_state_clean,
+    Call, CallTimes, Engine, PreviousCall, trace_context, trace_sink, special_checks_on, trace_state_clean,
     warm_store)
 from fastdispatch.core.execute cimport Executable, make_executable
 from fastdispatch.core.keys cimport same_items
@@ -56,6 +56,7 @@ cdef extern from "Python.h":
 
 cdef object _slow_path_reason = _jax.slow_path_reason
 cdef str _TRACER = _reasons.TRACER
+cdef str _DEBUG_NANS = _reasons.DEBUG_NANS
 cdef str _HOST_DATA = _reasons.HOST_DATA
 cdef str _NEW_SCALAR = _reasons.NEW_SCALAR
 cdef str _JAX_JIT = "jax.jit"
@@ -476,6 +477,8 @@ cdef class CompiledFunction(Engine):
                 return self.hand_off(call, previous.shape.reason, times, None)
         if not trace_state_clean():   # first: a hand-off under a transformation needs no context
             return self.hand_off(call, _TRACER, times, None)
+        if special_checks_on():   # jax.jit checks the outputs: it runs the call
+            return self.hand_off(call, _DEBUG_NANS, times, None)
         context = trace_context()
         if previous is not None and not previous.signature.same_context(context):
             # jax's settings changed since the previous call: one jax.jit

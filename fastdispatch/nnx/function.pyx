@@ -32,7 +32,7 @@ from fastdispatch.core.cache cimport CacheEntry, CompiledFunctionCache
 from fastdispatch.core.clock cimport now_ns
 from fastdispatch.core.engine cimport (
     AT_FOUND, Call, CallTimes, Engine, ended, python_call, reached, trace_context,
-    trace_state_clean, warm_store)
+    special_checks_on, trace_state_clean, warm_store)
 from fastdispatch.core.execute cimport Executable, make_executable
 from fastdispatch.core.outputs cimport Outputs
 from fastdispatch.core.pytree cimport TreeDef, flatten_into
@@ -54,6 +54,7 @@ cdef extern from "Python.h":
 
 cdef str _FLAX = "flax"
 cdef str _TRACER = _reasons.TRACER
+cdef str _DEBUG_NANS = _reasons.DEBUG_NANS
 cdef str _NEW_GRAPH = _reasons.NEW_GRAPH
 cdef str _NOT_GRAPH_UPDATES = _reasons.NOT_GRAPH_UPDATES
 
@@ -430,6 +431,8 @@ cdef class NnxJitFunction(Engine):
             return self.hand_off(call, _NOT_GRAPH_UPDATES, times, None)
         if not trace_state_clean():
             return self.hand_off(call, _TRACER, times, None)
+        if special_checks_on():   # jax.jit checks the outputs: it runs the call
+            return self.hand_off(call, _DEBUG_NANS, times, None)
         # nnx.cached_partial hands its call a static cache of the graph's
         # traversal, for flax's update context to take; a call a record serves
         # traverses nothing, so the cache is taken here, and given back to

@@ -9,6 +9,7 @@ import functools
 import os
 import subprocess
 import sys
+import threading
 
 import jax
 import jax.numpy as jnp
@@ -230,6 +231,31 @@ def test_executable_parts_refuse_debug_nans():
     with jax.debug_nans(True), pytest.raises(NotFast) as refused:
         _jax.executable_parts(compiled)
     assert refused.value.reason == "debug_nans or debug_infs"
+
+
+def test_watch_special_checks_sees_global_and_thread_settings_after_jax_hooks():
+    seen = []
+    _jax.watch_special_checks(seen.append)
+    assert seen[-1] is False  # told today's value at once
+    try:
+        jax.config.update("jax_debug_infs", True)
+        assert seen[-1] is True and _jax.needs_special_checks()
+        assert _jax.jit_post_hook() is not None  # jax's own hook ran too
+        jax.config.update("jax_debug_infs", False)
+        assert seen[-1] is False and not _jax.needs_special_checks()
+
+        def in_a_thread():
+            with jax.debug_nans(True):
+                seen.append(("inside", _jax.needs_special_checks()))
+
+        thread = threading.Thread(target=in_a_thread)
+        thread.start()
+        thread.join()
+        assert ("inside", True) in seen
+        # Another thread's value cannot be read here: maybe on, for good.
+        assert seen[-1] is True and not _jax.needs_special_checks()
+    finally:
+        jax.config.update("jax_debug_infs", False)
 
 
 def test_key_aval_text_names_impl_and_shape():
