@@ -7,6 +7,32 @@ import os
 
 from fastdispatch._jax import UNSUPPORTED, UnsupportedJaxError, UnsupportedJaxWarning
 
+__all__ = [
+    "ArgSignature",
+    "CompiledFunction",
+    "CompiledFunctionCache",
+    "JitState",
+    "arg_signature_of_value",
+    "assert_max_compiles",
+    "default_cache",
+    "device_put",
+    "filter_jit",
+    "get_enable_x64",
+    "global_state",
+    "is_float0",
+    "jit",
+    "jit_is_disabled",
+    "set_post_hook",
+    "set_thread_local_state_initialization_callback",
+    "stats",
+    "thread_local_state",
+    "trace",
+    "UnsupportedJaxError",
+    "UnsupportedJaxWarning",
+    "warm_start",
+    "warm_start_stats",
+]
+
 if UNSUPPORTED is None:
     from fastdispatch.core import descriptions as _descriptions
     from fastdispatch.core import pytree as _pytree
@@ -51,7 +77,7 @@ else:
     # the libraries' own functions, decided here once (fastdispatch/_handoff.py).
     from fastdispatch import _handoff
 
-    globals().update(_handoff.names())
+    globals().update(_handoff.names(__all__))
 
 
 def __getattr__(name):
@@ -69,30 +95,3 @@ def __getattr__(name):
 
         return fastdispatch.nnx
     raise AttributeError(f"module 'fastdispatch' has no attribute {name!r}")
-
-
-__all__ = [
-    "ArgSignature",
-    "CompiledFunction",
-    "CompiledFunctionCache",
-    "JitState",
-    "arg_signature_of_value",
-    "assert_max_compiles",
-    "default_cache",
-    "device_put",
-    "filter_jit",
-    "get_enable_x64",
-    "global_state",
-    "is_float0",
-    "jit",
-    "jit_is_disabled",
-    "set_post_hook",
-    "set_thread_local_state_initialization_callback",
-    "stats",
-    "thread_local_state",
-    "trace",
-    "UnsupportedJaxError",
-    "UnsupportedJaxWarning",
-    "warm_start",
-    "warm_start_stats",
-]

@@ -40,30 +40,16 @@ def _unavailable(name: str):
     return unavailable
 
 
-UNAVAILABLE = (
-    "ArgSignature",
-    "CompiledFunction",
-    "CompiledFunctionCache",
-    "JitState",
-    "arg_signature_of_value",
-    "assert_max_compiles",
-    "default_cache",
-    "get_enable_x64",
-    "global_state",
-    "is_float0",
-    "jit_is_disabled",
-    "set_post_hook",
-    "set_thread_local_state_initialization_callback",
-    "stats",
-    "thread_local_state",
-    "trace",
-)
+# Public names that need no stand-in: filter_jit is found by the package's
+# __getattr__, through the equinox stand-in below; the two classes are _jax's.
+_NOT_STOOD_IN = ("filter_jit", "UnsupportedJaxError", "UnsupportedJaxWarning")
 
 
-def names() -> dict:
-    """Every public name of ``fastdispatch`` but filter_jit (its ``__getattr__``
-    imports equinox on first use, through ``fastdispatch.equinox``), for its namespace."""
-    found = {name: _unavailable(name) for name in UNAVAILABLE}
+def names(public) -> dict:
+    """A stand-in for each of ``public``, fastdispatch's public names, and for
+    its two front-end modules: the libraries' own functions where they have
+    one, else a function that raises UnsupportedJaxError."""
+    found = {name: _unavailable(name) for name in public if name not in _NOT_STOOD_IN}
     found.update(jit=jit, device_put=device_put, warm_start=warm_start, warm_start_stats=warm_start_stats)
     found.update(_front_ends())
     return found
