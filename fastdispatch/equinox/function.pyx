@@ -55,7 +55,6 @@ cdef extern from "Python.h":
 
 cdef str _EQUINOX = "equinox"
 cdef str _TRACER = _reasons.TRACER
-cdef str _DEBUG_NANS = _reasons.DEBUG_NANS
 cdef str _UNSUPPORTED_LEAF = _reasons.UNSUPPORTED_LEAF
 cdef str _ARGUMENT_BINDING = _reasons.ARGUMENT_BINDING
 cdef str _HOST_DATA = _reasons.HOST_DATA
@@ -544,7 +543,7 @@ cdef class FilterDispatcher(Engine):
         if not trace_state_clean():   # first: a hand-off under a transformation needs no context
             return self.hand_off(call, _TRACER, times, None)
         if special_checks_on():   # jax.jit checks the outputs: it runs the call
-            return self.hand_off(call, _DEBUG_NANS, times, None)
+            return self.hand_off(call, _reasons.DEBUG_NANS, times, None)
         context = trace_context()
         cdef BindPlan plan = self.plan_for(<object>PyDict_GetItem(fields, _SIGNATURE), args, kwargs)
         if plan.refused:

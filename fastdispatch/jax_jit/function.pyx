@@ -56,7 +56,6 @@ cdef extern from "Python.h":
 
 cdef object _slow_path_reason = _jax.slow_path_reason
 cdef str _TRACER = _reasons.TRACER
-cdef str _DEBUG_NANS = _reasons.DEBUG_NANS
 cdef str _HOST_DATA = _reasons.HOST_DATA
 cdef str _NEW_SCALAR = _reasons.NEW_SCALAR
 cdef str _JAX_JIT = "jax.jit"
@@ -478,7 +477,7 @@ cdef class CompiledFunction(Engine):
         if not trace_state_clean():   # first: a hand-off under a transformation needs no context
             return self.hand_off(call, _TRACER, times, None)
         if special_checks_on():   # jax.jit checks the outputs: it runs the call
-            return self.hand_off(call, _DEBUG_NANS, times, None)
+            return self.hand_off(call, _reasons.DEBUG_NANS, times, None)
         context = trace_context()
         if previous is not None and not previous.signature.same_context(context):
             # jax's settings changed since the previous call: one jax.jit

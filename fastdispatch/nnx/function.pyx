@@ -54,7 +54,6 @@ cdef extern from "Python.h":
 
 cdef str _FLAX = "flax"
 cdef str _TRACER = _reasons.TRACER
-cdef str _DEBUG_NANS = _reasons.DEBUG_NANS
 cdef str _NEW_GRAPH = _reasons.NEW_GRAPH
 cdef str _NOT_GRAPH_UPDATES = _reasons.NOT_GRAPH_UPDATES
 
@@ -432,7 +431,7 @@ cdef class NnxJitFunction(Engine):
         if not trace_state_clean():
             return self.hand_off(call, _TRACER, times, None)
         if special_checks_on():   # jax.jit checks the outputs: it runs the call
-            return self.hand_off(call, _DEBUG_NANS, times, None)
+            return self.hand_off(call, _reasons.DEBUG_NANS, times, None)
         # nnx.cached_partial hands its call a static cache of the graph's
         # traversal, for flax's update context to take; a call a record serves
         # traverses nothing, so the cache is taken here, and given back to

@@ -371,20 +371,12 @@ class WarmStart:
     def save_filter(self, key, compiled, fun, signature, out_treedef, sources, statics):
         """Write a filter_jit compile with its output recipe (the output tree
         ``out_treedef``, each leaf's executable output in ``sources`` or its
-        value in ``statics``), described as plain data (warm/outputs.py); a
-        recipe that cannot be is not written, its reason recorded."""
-        try:
-            recipe = outputs.describe(out_treedef, sources, statics, filter_call_objects(signature))
-        except NotStored as refusal:
-            self.refuse(fun, refusal.reason, str(refusal))
-        except Exception as error:  # never let the store break a call
-            self.refuse(
-                fun,
-                _reasons.WARM_OUTPUTS,
-                f"has outputs that failed to describe ({type(error).__name__}: {error})",
-            )
-        else:
-            self.save(key, compiled, fun, recipe)
+        value in ``statics``), described as plain data (warm/outputs.py)."""
+
+        def describe():
+            return outputs.describe(out_treedef, sources, statics, filter_call_objects(signature))
+
+        self._save_described(key, compiled, fun, describe)
 
     def save_nnx(self, key, compiled, fun, out_treedef, first_output):
         """Write an nnx.jit compile whose executable keeps every graph it is
@@ -393,9 +385,20 @@ class WarmStart:
         as plain data (warm/outputs.py); the graphs' outputs are the call's
         own GraphDefs again, derived from the arguments when loaded."""
         n = out_treedef.num_leaves
+        sources = range(first_output, first_output + n)
+        self._save_described(
+            key,
+            compiled,
+            fun,
+            lambda: ("nnx", outputs.describe(out_treedef, sources, [None] * n, [])),
+            flat_inputs=True,
+        )
+
+    def _save_described(self, key, compiled, fun, describe, **save_options):
+        """Write a compile with the output recipe ``describe()`` gives; one that
+        cannot be described is not written, its reason recorded."""
         try:
-            sources = range(first_output, first_output + n)
-            recipe = ("nnx", outputs.describe(out_treedef, sources, [None] * n, []))
+            recipe = describe()
         except NotStored as refusal:
             self.refuse(fun, refusal.reason, str(refusal))
         except Exception as error:  # never let the store break a call
@@ -405,7 +408,7 @@ class WarmStart:
                 f"has outputs that failed to describe ({type(error).__name__}: {error})",
             )
         else:
-            self.save(key, compiled, fun, recipe, flat_inputs=True)
+            self.save(key, compiled, fun, recipe, **save_options)
 
 
 def _get(weak: weakref.WeakKeyDictionary, key):
