@@ -36,7 +36,7 @@ import subprocess
 import sys
 import tempfile
 
-from .programs import aligned, programs_dir, run_once, selected
+from .programs import programs_dir, run_once, selected, table
 
 # (repeats, steady-state calls): full and --quick.
 FULL = (3, 50)
@@ -216,36 +216,33 @@ def format_table(rows: list[dict], readme: dict | None, repeats: int, calls: int
         "warm/filling",
         "store used",
     ]
-    cells, notes = [], []
-    for row in rows:
-        title = MODELS.get(row["program"], row["program"])
-        if row["error"]:
-            cells.append([title] + ["-"] * (len(head) - 1))
-            notes.append(f"{title}: {row['error']}")
-            continue
-        first, steady = row["first_s"], row["steady_us"]
-        cells.append(
-            [
-                title,
-                *(f"{first[mode]:.2f}" for mode in MODES),
-                f"{row['warm_over_jax_cache']:.2f}",
-                f"{steady['fd filling']:.0f}",
-                f"{steady['fd warm']:.0f}",
-                f"{row['steady_warm_over_filling']:.2f}",
-                _store_cell(row),
-            ]
-        )
-        notes += [f"{title}: {reason}" for reason in row["not_stored"]]
+
+    def title(row):
+        return MODELS.get(row["program"], row["program"])
+
+    def cells_of(row, notes):
+        notes += [f"{title(row)}: {reason}" for reason in row["not_stored"]]
         if not any(row["loaded"]) and not any(row["written"]) and not row["not_stored"]:
-            notes.append(f"{title}: nothing loaded or written, no reason: its jit does not use the store")
+            notes.append(
+                f"{title(row)}: nothing loaded or written, no reason: its jit does not use the store"
+            )
         if not row["same_loss"]:
-            notes.append(f"{title}: the loss after the steps differs between modes")
-    lines = aligned(head, cells)
-    lines.append(
+            notes.append(f"{title(row)}: the loss after the steps differs between modes")
+        first, steady = row["first_s"], row["steady_us"]
+        return [
+            *(f"{first[mode]:.2f}" for mode in MODES),
+            f"{row['warm_over_jax_cache']:.2f}",
+            f"{steady['fd filling']:.0f}",
+            f"{steady['fd warm']:.0f}",
+            f"{row['steady_warm_over_filling']:.2f}",
+            _store_cell(row),
+        ]
+
+    legend = (
         f"s: the first call, just before it to its result ready, median of {repeats} fresh processes "
         f"(modes alternating); us/call: the mean of the {calls} calls after it; b/a target <= 0.25"
     )
-    lines += [f"  {note}" for note in notes]
+    lines = [table(head, rows, cells_of, legend, title=title)]
     if readme is not None:
         lines.append("")
         if readme["error"]:

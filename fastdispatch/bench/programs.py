@@ -125,34 +125,41 @@ def aligned(head: list[str], cells: list[list[str]]) -> list[str]:
     return [line(head), "  ".join("-" * w for w in widths), *map(line, cells)]
 
 
-def format_table(rows: list[dict], n1: int, n2: int, repeats: int) -> str:
-    head = ["program", "stock wall s", "fd wall s", "fd/stock", "stock us/step", "fd us/step", "fd/stock"]
+def table(head: list[str], rows: list[dict], cells_of, legend: str, title=lambda row: row["program"]) -> str:
+    """A bench's table: a line per row, ``cells_of(row, notes)`` its cells
+    after the title (appending to ``notes`` what the row has to say), a row
+    that failed all dashes, with its error as a note; then ``legend``, then
+    the notes."""
     cells, notes = [], []
     for row in rows:
         if row["error"]:
-            cells.append([row["program"]] + ["-"] * (len(head) - 1))
-            notes.append(f"{row['program']}: {row['error']}")
-            continue
-        cells.append(
-            [
-                row["program"],
-                f"{row['stock_wall_s']:.2f}",
-                f"{row['fd_wall_s']:.2f}",
-                f"{row['wall_ratio']:.2f}",
-                f"{row['stock_us_per_step']:.0f}",
-                f"{row['fd_us_per_step']:.0f}",
-                "-" if row["step_ratio"] is None else f"{row['step_ratio']:.2f}",
-            ]
-        )
+            cells.append([title(row)] + ["-"] * (len(head) - 1))
+            notes.append(f"{title(row)}: {row['error']}")
+        else:
+            cells.append([title(row), *cells_of(row, notes)])
+    return "\n".join([*aligned(head, cells), legend, *(f"  {note}" for note in notes)])
+
+
+def format_table(rows: list[dict], n1: int, n2: int, repeats: int) -> str:
+    head = ["program", "stock wall s", "fd wall s", "fd/stock", "stock us/step", "fd us/step", "fd/stock"]
+
+    def cells_of(row, notes):
         if not row["same_output"]:
             notes.append(f"{row['program']}: stdout differs between stock and fastdispatch")
-    lines = aligned(head, cells)
-    lines.append(
+        return [
+            f"{row['stock_wall_s']:.2f}",
+            f"{row['fd_wall_s']:.2f}",
+            f"{row['wall_ratio']:.2f}",
+            f"{row['stock_us_per_step']:.0f}",
+            f"{row['fd_us_per_step']:.0f}",
+            "-" if row["step_ratio"] is None else f"{row['step_ratio']:.2f}",
+        ]
+
+    legend = (
         f"wall: whole process at --steps {n2}, median of {repeats}; "
         f"us/step: (best wall at {n2} - best wall at {n1}) / {n2 - n1}"
     )
-    lines += [f"  {note}" for note in notes]
-    return "\n".join(lines)
+    return table(head, rows, cells_of, legend)
 
 
 def main(quick: bool, only: str | None, json_path: str | None, header: str) -> int:

@@ -37,7 +37,7 @@ import tempfile
 import time
 
 from .cold_start import clean_environment, jax_cache_environment, warm_start_argv
-from .programs import aligned, find_programs, programs_dir, selected
+from .programs import find_programs, programs_dir, selected, table
 
 # (repeats, steps): full and --quick.
 FULL = (3, 200)
@@ -218,33 +218,26 @@ def format_table(rows: list[dict], repeats: int, steps: int) -> str:
     head = ["program", *(f"{mode} s" for mode in MODES), "b/a wall"]
     head += ["b/a cpu", "a begin s", "b begin s"]
     head += [f"{mode} first s" for mode in MODES] + ["b/a first"]
-    cells, notes = [], []
-    for row in rows:
-        if row["error"]:
-            cells.append([row["program"]] + ["-"] * (len(head) - 1))
-            notes.append(f"{row['program']}: {row['error']}")
-            continue
+
+    def cells_of(row, notes):
         firsts = [row["first_s"][mode] for mode in MODES]
         begins = [row.get("begin_s", {}).get(mode) for mode in ("jax cache", "fd warm")]
         # *: no `training` line; its first step is timed from its process's start.
         mark = "" if None not in begins else "*"
-        cells.append(
-            [
-                row["program"],
-                *(f"{row['wall_s'][mode]:.2f}" for mode in MODES),
-                f"{row['wall_ratio']:.2f}",
-                "-" if row.get("cpu_ratio") is None else f"{row['cpu_ratio']:.2f}",
-                *("-" if value is None else f"{value:.2f}" for value in begins),
-                *("-" if value is None else f"{value:.2f}{mark}" for value in firsts),
-                "-" if row["first_ratio"] is None else f"{row['first_ratio']:.2f}",
-            ]
-        )
         notes.append(f"{row['program']}: store {row['store'][0]}")
         notes += [f"    {line}" for line in row["store"][1:]]
         if not row["same_output"]:
             notes.append(f"{row['program']}: stdout differs between the modes")
-    lines = aligned(head, cells)
-    lines.append(
+        return [
+            *(f"{row['wall_s'][mode]:.2f}" for mode in MODES),
+            f"{row['wall_ratio']:.2f}",
+            "-" if row.get("cpu_ratio") is None else f"{row['cpu_ratio']:.2f}",
+            *("-" if value is None else f"{value:.2f}" for value in begins),
+            *("-" if value is None else f"{value:.2f}{mark}" for value in firsts),
+            "-" if row["first_ratio"] is None else f"{row['first_ratio']:.2f}",
+        ]
+
+    legend = (
         f"a: stock, jax's persistent cache warm; b: python -m fastdispatch --warm-start, store warm; "
         f"whole processes at --steps {steps}, median of {repeats}, modes alternating; "
         "cpu: the process's user and system seconds, all threads (less shaken by other jobs than wall); "
@@ -252,8 +245,7 @@ def format_table(rows: list[dict], repeats: int, steps: int) -> str:
         "first: from that line to its `step 1` line (*: from the process's start, or to its first line); "
         "targets b/a wall <= 1.0, first <= 0.35"
     )
-    lines += [f"  {note}" for note in notes]
-    return "\n".join(lines)
+    return table(head, rows, cells_of, legend)
 
 
 def main(quick: bool, only: str | None, json_path: str | None, header: str) -> int:

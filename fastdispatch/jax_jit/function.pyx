@@ -259,12 +259,9 @@ cdef CallLayout _layout_of(tuple args, dict kwargs, object kwnames,
                 return None
         kinds.append(kind)
     containers = tuple(kinds)
-    cdef CallLayout layout = CallLayout.__new__(CallLayout)
+    cdef CallLayout layout = CallLayout.__new__(CallLayout)  # leaf_index, containers, lengths: None
     layout.kwnames = kwnames
     layout.nargs = nargs
-    layout.leaf_index = None
-    layout.containers = None
-    layout.lengths = None
     layout.static_index = static_positions
     cdef bint nested = any(kind is not None for kind in containers)
     if kwnames is not None or static_positions or nested:
