@@ -1,5 +1,5 @@
 """The jit front end: ``fastdispatch.jit`` (CompiledFunction) and ``device_put``.
 
-With the seed jax_jit module's state and argument-signature API (state.py,
-arg_signature.py).
+With the state and argument-signature API of jaxlib's old ``jax_jit`` module
+(state.py, arg_signature.py).
 """
