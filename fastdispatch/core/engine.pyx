@@ -6,8 +6,9 @@ takes these steps, in this order:
 
   call       the watchers (--trace's clock, jax.profiler's spans) are read
              once, and the call's span opens
-  dispatch   the front end's own: jax's state, its guard, the call's leaves
-             and static parts (flatten, bind, split the graph)
+  dispatch   the front end's own: jax's state (a transformation tracing,
+             jax_debug_nans on: hand off), its guard, the call's leaves and
+             static parts (flatten, bind, split the graph)
   lookup     the guard against the previous call's own signature, else a
              CallSignature looked up in the function's cache
   warm       a miss with warm start on (fastdispatch.warm): the front end's

@@ -1,19 +1,17 @@
 # cython: boundscheck=False, wraparound=False
 """CompiledFunction: ``fastdispatch.jit``, the jax.jit front end of the engine.
 
-One call, in the order the code runs (docs/architecture.md):
+A call takes the engine's steps (core/engine.pyx's docstring lists them);
+jit's own is ``dispatch``, in this order:
   guard      f(a, b, ...) laid out as the previous call: its leaves and static
              arguments checked in the caller's argument array (vectorcall);
              a call jax.jit takes for its leaves' sake (numpy values, a step
-             counter's new value) goes to it here, before anything is read
-  state      jax's trace context; a transformation tracing right now, or a
-             setting jax.jit runs itself (disable_jit) -> jax.jit
-  run        a guarded call runs the previous call's entry (engine)
-  flatten    static args split off; dynamic args -> leaves + TreeDef
-  lookup     the engine: the previous call's signature, else the cache; a
-             miss runs the call through jax.jit, then takes its executable
-             from jax.jit(fun).lower(...).compile()
-  return     the post hook
+             counter's new value) is handed off here, before anything is read
+  state      a transformation tracing right now, jax_debug_nans, or a setting
+             jax.jit runs itself (disable_jit): handed off; else a guarded
+             call runs the previous call's entry
+  flatten    static args split off; dynamic args -> leaves + TreeDef; then
+             the engine's lookup
 
 Python calls arrive through the vectorcall slot, the only way in (``__call__``
 forwards to it).  Whatever the fast path cannot run, jax.jit itself runs (the
