@@ -72,5 +72,7 @@ cdef class FilterDispatcher(Engine):
 
     cdef BindPlan plan_for(self, object signature, tuple args, dict kwargs)
     cdef Executable _executable(self, object compiled, CacheEntry entry, list leaves)
+    cdef str _partition(self, TreeDef treedef, tuple bound, list leaves, tuple static, list dynamic,
+                        Py_ssize_t* first_dynamic)
     cdef void _watch_roots(self, BindPlan plan, tuple args, dict kwargs)
     cdef void _drop_same(self, SameCall same)

@@ -473,6 +473,23 @@ def _in_first(path):
 cdef _Front _FRONT = _Front()
 
 
+cdef list _executable_inputs(tuple fun_arrays, list dynamic, Py_ssize_t first_dynamic,
+                             bint donate_first, bint donate_rest):
+    """The executable's inputs, in equinox's order (_input_order): the
+    arrays as they are where that is their order already; None where the
+    function's own arrays include host data (the library runs the call)."""
+    cdef LeafKind kind
+    fun_dynamic = [value for value in fun_arrays if value is not None]
+    for leaf in fun_dynamic:
+        kind = classify_leaf(leaf)
+        if kind != LEAF_ARRAY and kind != LEAF_KEY:
+            return None
+    if fun_dynamic or (donate_rest and not donate_first):
+        return _input_order(dynamic[:first_dynamic], fun_dynamic, dynamic[first_dynamic:],
+                            donate_first, donate_rest)
+    return dynamic
+
+
 cdef class FilterDispatcher(Engine):
     """The fast path of every filter_jit wrapper of one function: equinox
     shares one jax.jit between them (by function, or by name for other
@@ -561,19 +578,38 @@ cdef class FilterDispatcher(Engine):
         cdef tuple bound = plan.bind(args, kwargs)
         cdef list leaves = []
         cdef TreeDef treedef = flatten_into(bound, leaves)
-
-        # Partition: arrays are traced (in order), every other leaf is static.
-        cdef Py_ssize_t i, n = PyList_GET_SIZE(leaves)
-        cdef Py_ssize_t first_end = 0, first_dynamic = 0
-        cdef tuple static = PyTuple_New(n)
+        cdef tuple static = PyTuple_New(PyList_GET_SIZE(leaves))
         cdef list dynamic = []
+        cdef Py_ssize_t first_dynamic = 0
+        reason = self._partition(treedef, bound, leaves, static, dynamic, &first_dynamic)
+        if reason is not None:
+            return self.hand_off(call, reason, times, None)
+        cdef bint donate_first = <object>PyDict_GetItem(fields, _DONATE_FIRST) is True
+        cdef bint donate_rest = <object>PyDict_GetItem(fields, _DONATE_REST) is True
+        inputs = _executable_inputs(<tuple>PyDict_GetItem(fields, _DYNAMIC_FUN), dynamic, first_dynamic,
+                                    donate_first, donate_rest)
+        if inputs is None:
+            return self.hand_off(call, _HOST_DATA, times, None)
+        static_args = _static_part(<object>PyDict_GetItem(fields, _STATIC_FUN),
+                                   donate_first, donate_rest, static)
+        return self.lookup(call, treedef, inputs, static_args, context, plan.arg_names, _FRONT,
+                           times)
+
+    cdef str _partition(self, TreeDef treedef, tuple bound, list leaves, tuple static, list dynamic,
+                        Py_ssize_t* first_dynamic):
+        """Partition as equinox does: arrays are traced (into ``dynamic``, in
+        order), every other leaf is static (into ``static``, at its place);
+        ``first_dynamic``: how many of ``dynamic`` are the first argument's.
+        The reason to hand the call off, or None."""
+        cdef Py_ssize_t i, n = PyList_GET_SIZE(leaves)
+        cdef Py_ssize_t first_end = 0
         cdef LeafKind kind
         cdef object leaf, slot
         if PyTuple_GET_SIZE(<tuple>bound[0]):
             first_end = (<TreeDef>(<TreeDef>treedef.children[0]).children[0]).num_leaves
         for i in range(n):
             if i == first_end:
-                first_dynamic = PyList_GET_SIZE(dynamic)
+                first_dynamic[0] = PyList_GET_SIZE(dynamic)
             leaf = <object>PyList_GET_ITEM(leaves, i)
             kind = classify_leaf(leaf)
             if kind == LEAF_ARRAY or kind == LEAF_KEY or kind == LEAF_HOST:
@@ -584,32 +620,12 @@ cdef class FilterDispatcher(Engine):
             elif kind == LEAF_SCALAR or (kind == LEAF_OTHER and not _array_like(leaf, self.is_array)):
                 slot = leaf
             else:
-                return self.hand_off(
-                    call, _TRACER if kind == LEAF_TRACER else _UNSUPPORTED_LEAF, times, None)
+                return _TRACER if kind == LEAF_TRACER else _UNSUPPORTED_LEAF
             Py_INCREF(slot)
             PyTuple_SET_ITEM(static, i, slot)
         if n <= first_end:
-            first_dynamic = PyList_GET_SIZE(dynamic)
-
-        # The executable's inputs, in equinox's order (_input_order); the
-        # arrays as they are where that is their order already.
-        cdef bint donate_first = <object>PyDict_GetItem(fields, _DONATE_FIRST) is True
-        cdef bint donate_rest = <object>PyDict_GetItem(fields, _DONATE_REST) is True
-        inputs = dynamic
-        cdef tuple fun_arrays = <tuple>PyDict_GetItem(fields, _DYNAMIC_FUN)
-        fun_dynamic = [value for value in fun_arrays if value is not None]
-        for leaf in fun_dynamic:
-            kind = classify_leaf(leaf)
-            if kind != LEAF_ARRAY and kind != LEAF_KEY:
-                return self.hand_off(call, _HOST_DATA, times, None)
-        if fun_dynamic or (donate_rest and not donate_first):
-            inputs = _input_order(dynamic[:first_dynamic], fun_dynamic, dynamic[first_dynamic:],
-                                  donate_first, donate_rest)
-        static_args = _static_part(<object>PyDict_GetItem(fields, _STATIC_FUN),
-                                   donate_first, donate_rest, static)
-
-        return self.lookup(call, treedef, inputs, static_args, context, plan.arg_names, _FRONT,
-                           times)
+            first_dynamic[0] = PyList_GET_SIZE(dynamic)
+        return None
 
     cdef void _watch_roots(self, BindPlan plan, tuple args, dict kwargs):
         """Arm the recording of a SameCall when this call passes the previous

@@ -63,6 +63,18 @@ def _same(a, b):
     return True
 
 
+def _in_a_fresh_thread(run):
+    """``run()``'s result, run in a thread of its own.  jax leaves its post
+    hook's thread-local value at None after some traces (a vmap of a jaxpr
+    enters ``debug_nans(False)``), which hides jax.jit's own check in that
+    thread; a fresh thread starts without it, and leaves this one as it is."""
+    result = []
+    thread = threading.Thread(target=lambda: result.append(run()))
+    thread.start()
+    thread.join()
+    return result[0]
+
+
 @pytest.mark.parametrize(
     ("setting", "body", "value"),
     [
@@ -72,16 +84,17 @@ def _same(a, b):
 )
 def test_a_setting_turned_on_after_the_first_calls_is_obeyed(both, setting, body, value):
     x = jnp.array([value, 2.0])
-    outcomes = []
-    for jit in both:
+
+    def outcomes(jit):
         fun = jit(body)
         seen = [_outcome(fun, x), _outcome(fun, x)]  # compiled, then from the cache
         jax.config.update(setting, True)
         seen.append(_outcome(fun, x))
         jax.config.update(setting, False)
         seen.append(_outcome(fun, x))
-        outcomes.append(seen)
-    library, ours = outcomes
+        return seen
+
+    library, ours = (_in_a_fresh_thread(lambda: outcomes(jit)) for jit in both)
     assert library[2] is FloatingPointError
     assert all(_same(a, b) for a, b in zip(library, ours, strict=True))
 
@@ -89,27 +102,16 @@ def test_a_setting_turned_on_after_the_first_calls_is_obeyed(both, setting, body
 def test_a_with_block_is_obeyed_in_its_own_thread_only(both):
     x = jnp.array([-1.0, 2.0])
 
-    def in_a_thread(jit):
-        # Its own thread: leaving the block leaves jax's thread-local post
-        # hook at None, which would hide a global one from later tests.
-        seen = {}
-
-        def run():
-            fun = jit(_log)
-            seen["before"] = _outcome(fun, x)
-            with jax.debug_nans(True):
-                seen["inside"] = _outcome(fun, x)
-                other = threading.Thread(target=lambda: seen.setdefault("other thread", _outcome(fun, x)))
-                other.start()
-                other.join()
-            seen["after"] = _outcome(fun, x)
-
-        thread = threading.Thread(target=run)
-        thread.start()
-        thread.join()
+    def in_a_block(jit):
+        fun = jit(_log)
+        seen = {"before": _outcome(fun, x)}
+        with jax.debug_nans(True):
+            seen["inside"] = _outcome(fun, x)
+            seen["other thread"] = _in_a_fresh_thread(lambda: _outcome(fun, x))
+        seen["after"] = _outcome(fun, x)
         return seen
 
-    library, ours = (in_a_thread(jit) for jit in both)
+    library, ours = (_in_a_fresh_thread(lambda: in_a_block(jit)) for jit in both)
     assert library["inside"] is FloatingPointError
     assert library["other thread"] is not FloatingPointError
     assert library.keys() == ours.keys()
