@@ -79,11 +79,11 @@ cdef int stamp_end(Call* call, CallTimes* times, bint hit, long long compile_ns,
 # The trace sink (fastdispatch.tracing) while tracing is on, else None.
 cdef object trace_sink()
 
-# jax's state at a call: no transformation is tracing right now; jax checks
-# outputs for NaNs or infinities (jax_debug_nans); the trace context, part of
-# every key.
+# jax's state at a call: no transformation is tracing right now; the reason
+# that state gives for the library to run the call (a transformation, or
+# jax_debug_nans on), else None; the trace context, part of every key.
 cdef bint trace_state_clean() noexcept
-cdef bint special_checks_on() noexcept
+cdef str jax_state_hand_off()
 cdef tuple trace_context()
 
 # The warm-start store (fastdispatch.warm.WarmStart) while warm start is on,

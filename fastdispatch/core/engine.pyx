@@ -119,6 +119,8 @@ cdef bint trace_state_clean() noexcept:
 # it), so that a call asks jax only then.
 cdef bint _special_checks_maybe_on = False
 cdef object _needs_special_checks = _jax.needs_special_checks
+cdef str _TRACER = _reasons.TRACER
+cdef str _DEBUG_NANS = _reasons.DEBUG_NANS
 
 
 def _special_checks_changed(maybe_on):
@@ -129,11 +131,16 @@ def _special_checks_changed(maybe_on):
 _jax.watch_special_checks(_special_checks_changed)
 
 
-cdef bint special_checks_on() noexcept:
-    """Whether jax checks this call's outputs for NaNs or infinities: jax.jit
-    does, in its post hook, and the fast path does not, so the call is handed
-    off (reason DEBUG_NANS)."""
-    return _special_checks_maybe_on and _needs_special_checks()
+cdef str jax_state_hand_off():
+    """Why jax's state has the library run this call, or None: a
+    transformation tracing right now (jax stages the call), or jax checking
+    outputs for NaNs or infinities (jax.jit does, in its post hook, and the
+    fast path does not)."""
+    if not trace_state_clean():
+        return _TRACER
+    if _special_checks_maybe_on and _needs_special_checks():
+        return _DEBUG_NANS
+    return None
 
 
 cdef tuple trace_context():

@@ -34,7 +34,7 @@ from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE, PyTuple_New, PyTu
 
 from fastdispatch.core.cache cimport CacheEntry, CompiledFunctionCache
 from fastdispatch.core.engine cimport (
-    Call, CallTimes, Engine, PreviousCall, python_call, trace_context, special_checks_on, trace_state_clean,
+    Call, CallTimes, Engine, PreviousCall, python_call, trace_context, jax_state_hand_off,
     warm_store)
 from fastdispatch.core.execute cimport Executable, make_executable
 from fastdispatch.core.keys cimport hash_mix
@@ -557,10 +557,9 @@ cdef class FilterDispatcher(Engine):
         cdef tuple args = <tuple>call.args
         cdef dict kwargs = <dict>call.kwargs
         cdef dict fields = PyObject_GenericGetDict(<object>call.function, NULL)
-        if not trace_state_clean():   # first: a hand-off under a transformation needs no context
-            return self.hand_off(call, _TRACER, times, None)
-        if special_checks_on():   # jax.jit checks the outputs: it runs the call
-            return self.hand_off(call, _reasons.DEBUG_NANS, times, None)
+        reason = jax_state_hand_off()
+        if reason is not None:   # first: a hand-off under a transformation needs no context
+            return self.hand_off(call, reason, times, None)
         context = trace_context()
         cdef BindPlan plan = self.plan_for(<object>PyDict_GetItem(fields, _SIGNATURE), args, kwargs)
         if plan.refused:

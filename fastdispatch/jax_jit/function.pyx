@@ -31,7 +31,7 @@ from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE, PyTuple_New, PyTu
 
 from fastdispatch.core.cache cimport CacheEntry, CompiledFunctionCache
 from fastdispatch.core.engine cimport (
-    Call, CallTimes, Engine, PreviousCall, trace_context, trace_sink, special_checks_on, trace_state_clean,
+    Call, CallTimes, Engine, PreviousCall, trace_context, trace_sink, jax_state_hand_off,
     warm_store)
 from fastdispatch.core.execute cimport Executable, make_executable
 from fastdispatch.core.keys cimport same_items
@@ -53,7 +53,6 @@ cdef extern from "Python.h":
 
 
 cdef object _slow_path_reason = _jax.slow_path_reason
-cdef str _TRACER = _reasons.TRACER
 cdef str _HOST_DATA = _reasons.HOST_DATA
 cdef str _NEW_SCALAR = _reasons.NEW_SCALAR
 cdef str _JAX_JIT = "jax.jit"
@@ -469,10 +468,9 @@ cdef class CompiledFunction(Engine):
                 # A call of trees laid out as the previous one, which jax.jit
                 # took for its leaves' sake: it takes this one too, unflattened.
                 return self.hand_off(call, previous.shape.reason, times, None)
-        if not trace_state_clean():   # first: a hand-off under a transformation needs no context
-            return self.hand_off(call, _TRACER, times, None)
-        if special_checks_on():   # jax.jit checks the outputs: it runs the call
-            return self.hand_off(call, _reasons.DEBUG_NANS, times, None)
+        reason = jax_state_hand_off()
+        if reason is not None:   # first: a hand-off under a transformation needs no context
+            return self.hand_off(call, reason, times, None)
         context = trace_context()
         if previous is not None and not previous.signature.same_context(context):
             # jax's settings changed since the previous call: one jax.jit

@@ -1,8 +1,8 @@
 """jax's jit settings, as the old ``jax_jit`` module exposed them: JitState.
 
-The C++ dispatcher jax once had (``jax_jit.cc``, the design fastdispatch follows) kept its settings
-in two ``JitState`` structs, a global one and one per thread, the thread's
-value winning where set.  jax keeps the same settings today in its config, each
+The C++ dispatcher jax once had (``jax_jit.cc``, the design fastdispatch
+follows) kept its settings in two ``JitState`` structs, a global one and one
+per thread, the thread's value winning where set.  jax keeps the same settings today in its config, each
 with a global and a per-thread value, so a JitState here is a view of those:
 nothing is copied, and every read or write goes to jax.
 

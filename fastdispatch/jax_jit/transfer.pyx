@@ -2,10 +2,10 @@
 """fastdispatch.device_put: ``jax.device_put(x)`` and ``jax.device_put(x, device)``
 for pytrees of numpy arrays, Python and numpy scalars and jax arrays.
 
-The ``device_put`` of jax's old C++ dispatcher (``jax_jit.cc``), over a pytree: each host leaf goes to
-jaxlib's C++ conversion (``batched_device_put``, as jax.jit converts its
-arguments) with the aval jax gives it, cached by type, dtype, shape and x64; jax's
-own ``device_put`` (~110 us for 8 small arrays) spends most of its time in
+The ``device_put`` of jax's old C++ dispatcher (``jax_jit.cc``), over a
+pytree: each host leaf goes to jaxlib's C++ conversion (``batched_device_put``,
+as jax.jit converts its arguments) with the aval jax gives it, cached by type,
+dtype, shape and x64; jax's own ``device_put`` (~110 us for 8 small arrays) spends most of its time in
 Python around that same call.  Results are jax.device_put's: dtype (64-bit
 squashed when x64 is off), weak type, sharding, committed exactly when a
 device is given, and numpy memory aliased, not copied, as jax does on CPU.

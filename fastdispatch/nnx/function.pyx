@@ -32,7 +32,7 @@ from fastdispatch.core.cache cimport CacheEntry, CompiledFunctionCache
 from fastdispatch.core.clock cimport now_ns
 from fastdispatch.core.engine cimport (
     AT_FOUND, Call, CallTimes, Engine, ended, python_call, reached, trace_context,
-    special_checks_on, trace_state_clean, warm_store)
+    jax_state_hand_off, warm_store)
 from fastdispatch.core.execute cimport Executable, make_executable
 from fastdispatch.core.outputs cimport Outputs
 from fastdispatch.core.pytree cimport TreeDef, flatten_into
@@ -53,7 +53,6 @@ cdef extern from "Python.h":
         descrsetfunc tp_descr_set
 
 cdef str _FLAX = "flax"
-cdef str _TRACER = _reasons.TRACER
 cdef str _NEW_GRAPH = _reasons.NEW_GRAPH
 cdef str _NOT_GRAPH_UPDATES = _reasons.NOT_GRAPH_UPDATES
 
@@ -428,10 +427,9 @@ cdef class NnxJitFunction(Engine):
         cdef Py_ssize_t i
         if not self.fast:
             return self.hand_off(call, _NOT_GRAPH_UPDATES, times, None)
-        if not trace_state_clean():
-            return self.hand_off(call, _TRACER, times, None)
-        if special_checks_on():   # jax.jit checks the outputs: it runs the call
-            return self.hand_off(call, _reasons.DEBUG_NANS, times, None)
+        reason = jax_state_hand_off()
+        if reason is not None:
+            return self.hand_off(call, reason, times, None)
         # nnx.cached_partial hands its call a static cache of the graph's
         # traversal, for flax's update context to take; a call a record serves
         # traverses nothing, so the cache is taken here, and given back to
