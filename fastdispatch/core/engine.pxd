@@ -1,7 +1,6 @@
 # The engine: one call's steps between a front end and the cache, written once.
 from cpython.object cimport PyObject
 from fastdispatch.core.cache cimport CacheEntry, FunctionCache
-from fastdispatch.core.execute cimport Executable
 from fastdispatch.core.pytree cimport TreeDef
 from fastdispatch.core.signature cimport CallSignature
 
@@ -113,8 +112,8 @@ cdef class Engine:
     cdef object compile(self, Call* call, CacheEntry entry, list leaves, CallTimes* times)
     cdef object warm(self, Call* call, CacheEntry entry, list leaves, CallTimes* times, object store)
     cdef object hand_off(self, Call* call, str reason, CallTimes* times, CallSignature signature)
-    cdef CacheEntry entry_for(self, CallSignature signature, Executable executable, str reason,
-                              double seconds)
+    cdef int complete(self, Call* call, CacheEntry entry, list leaves, object out,
+                      double seconds) except -1
 
     # The front end's hooks.
     cdef object dispatch(self, Call* call, CallTimes* times)

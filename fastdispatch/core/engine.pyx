@@ -28,15 +28,17 @@ A front end is one Engine subclass that supplies its hooks: ``dispatch``,
 ``library_call``, ``build`` and, where it guards more than the signature,
 ``remember``, ``guard_passed`` and ``handed_off``;
 ``returned`` for a post hook; ``warm_key`` and ``build_loaded`` where its
-executables can be stored (jit's, filter_jit's; nnx.jit's misses are flax's
-calls, so its own ``_miss`` looks in the store).
+executables can be stored (jit's, filter_jit's).  nnx.jit's miss is flax's
+call, whose split makes the leaves: its ``dispatch`` runs it, keys the store
+from that split (in fastdispatch.nnx), then finds or inserts the entry and
+completes it through ``complete`` and its ``build``, as ``compile`` does.
 """
 from cpython.object cimport PyObject
 from cpython.ref cimport Py_INCREF, Py_XDECREF
 
 from fastdispatch.core.cache cimport CacheEntry
 from fastdispatch.core.clock cimport now_ns
-from fastdispatch.core.execute cimport HandOff, Executable
+from fastdispatch.core.execute cimport HandOff
 from fastdispatch.core.outputs cimport Outputs
 from fastdispatch.core.pytree cimport TreeDef
 from fastdispatch.core.signature cimport (
@@ -343,16 +345,7 @@ cdef class Engine:
             raise
         cdef long long compiled_at = now_ns()
         reached(times, AT_LAUNCHED, "build entry")
-        executable = finish = reason = None
-        try:
-            executable, finish = self.build(call, entry, leaves, out)
-        except NotFast as refusal:
-            reason = refusal.reason
-            entry.hand_off_detail = refusal.detail
-        except Exception as error:
-            reason = _reasons.EXECUTABLE_NOT_REUSABLE
-            entry.hand_off_detail = repr(error)
-        self.executables.complete(entry, executable, finish, reason, (compiled_at - began) / 1e9)
+        self.complete(call, entry, leaves, out, (compiled_at - began) / 1e9)
         self.remember(call, entry, entry.signature)
         ended(call, times, False, compiled_at - began, entry.hand_off_reason, entry.signature)
         return self.returned(call, out)
@@ -401,17 +394,24 @@ cdef class Engine:
             times.hand_off = <PyObject*>recorded
         return _HAND_OFF
 
-    cdef CacheEntry entry_for(self, CallSignature signature, Executable executable, str reason,
-                              double seconds):
-        """The entry for ``signature``: a new one holding ``executable`` (or
-        ``reason``) when there is none, for a front end whose library compiled
-        outside ``compile`` (nnx.jit: flax's call, whose outputs its Records
-        rebuild)."""
-        cdef CacheEntry entry = self.executables.find(signature)
-        if entry is None:
-            entry = self.executables.insert(signature)
-            self.executables.complete(entry, executable, None, reason, seconds)
-        return entry
+    cdef int complete(self, Call* call, CacheEntry entry, list leaves, object out,
+                      double seconds) except -1:
+        """The entry of a call the library just ran (returning ``out``, in
+        ``seconds``) completed with what ``build`` makes of it, or with the
+        reason it refused; ``compile``'s last step, and nnx.jit's, whose
+        library call comes before its signature (flax's split makes the
+        leaves), so that it finds or inserts the entry after that call."""
+        executable = finish = reason = None
+        try:
+            executable, finish = self.build(call, entry, leaves, out)
+        except NotFast as refusal:
+            reason = refusal.reason
+            entry.hand_off_detail = refusal.detail
+        except Exception as error:
+            reason = _reasons.EXECUTABLE_NOT_REUSABLE
+            entry.hand_off_detail = repr(error)
+        self.executables.complete(entry, executable, finish, reason, seconds)
+        return 0
 
     # -- the front end's hooks ---------------------------------------------
 

@@ -94,4 +94,4 @@ cdef class NnxJitFunction(Engine):
 
     cdef object _miss(self, Call* call, Record holding, CallTimes* times)
     cdef Record _add_record(self, object graph, CacheEntry entry)
-    cdef CacheEntry _new_entry(self, object graph)
+    cdef CacheEntry _new_entry(self, Call* call, object graph)

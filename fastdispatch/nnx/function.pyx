@@ -33,7 +33,7 @@ from fastdispatch.core.clock cimport now_ns
 from fastdispatch.core.engine cimport (
     AT_FOUND, Call, CallTimes, Engine, ended, python_call, reached, trace_context,
     jax_state_hand_off, warm_store)
-from fastdispatch.core.execute cimport Executable, make_executable
+from fastdispatch.core.execute cimport make_executable
 from fastdispatch.core.outputs cimport Outputs
 from fastdispatch.core.pytree cimport TreeDef, flatten_into
 from fastdispatch.core.signature cimport (
@@ -42,7 +42,6 @@ from functools import partial as _partial
 
 from fastdispatch.core.cache import default_cache
 from fastdispatch import _jax, _reasons
-from fastdispatch._reasons import NotFast
 
 cdef extern from "Python.h":
     dict PyObject_GenericGetDict(object o, void* context)
@@ -493,7 +492,7 @@ cdef class NnxJitFunction(Engine):
                 # flax's split found it; it runs as a hit (a Record's write-back).
                 entry = self.executables.find(graph.signature)
                 if entry is None:
-                    entry = self._new_entry(graph)
+                    entry = self._new_entry(call, graph)
                 if entry.executable is None:
                     out, graph, refusal, loaded = self.flax_miss(self, args, kwargs, holding, None)
         except BaseException:
@@ -504,7 +503,7 @@ cdef class NnxJitFunction(Engine):
         if graph is not None:
             entry = self.executables.find(graph.signature)
             if entry is None:
-                entry = self._new_entry(graph)
+                entry = self._new_entry(call, graph)
                 compiled = True
             if entry.executable is None:
                 refusal = entry.hand_off_reason
@@ -532,16 +531,18 @@ cdef class NnxJitFunction(Engine):
         self.refused, self.refusal_repeated = None, False
         return record
 
-    cdef CacheEntry _new_entry(self, object graph):
-        """The entry of the executable flax's jax.jit just compiled for ``graph``."""
-        cdef Executable executable = None
-        reason = None
-        try:
-            executable = make_executable(graph.compiled, graph.signature, graph.leaves,
-                                         graph.donates, False)
-        except NotFast as refusal:
-            reason = refusal.reason
-        return self.entry_for(graph.signature, executable, reason, graph.seconds)
+    cdef CacheEntry _new_entry(self, Call* call, object graph):
+        """The entry of the executable flax's jax.jit just compiled for
+        ``graph`` (or loaded from the store), completed by the engine
+        (``complete``, through ``build``)."""
+        cdef CacheEntry entry = self.executables.insert(graph.signature)
+        self.complete(call, entry, graph.leaves, graph, graph.seconds)
+        return entry
+
+    cdef tuple build(self, Call* call, CacheEntry entry, list leaves, object out):
+        """The Executable of ``out``, the Graph a flax call left; no Outputs:
+        each Record of the graph is its calls' (``_add_record``)."""
+        return make_executable(out.compiled, entry.signature, leaves, out.donates, False), None
 
     cdef object library_call(self, Call* call):
         """flax's own nnx.jit call."""
