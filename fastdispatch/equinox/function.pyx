@@ -32,17 +32,17 @@ from cpython.object cimport Py_EQ, PyObject, PyObject_RichCompareBool
 from cpython.ref cimport Py_INCREF
 from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE, PyTuple_New, PyTuple_SET_ITEM
 
-from fastdispatch.core.cache cimport CacheEntry, CompiledFunctionCache
-from fastdispatch.core.engine cimport (
-    Call, CallTimes, Engine, PreviousCall, python_call, trace_context, jax_state_hand_off,
-    warm_store)
-from fastdispatch.core.execute cimport Executable, make_executable
 from fastdispatch.core.keys cimport hash_mix
-from fastdispatch.core.outputs cimport Outputs, our_treedef
 from fastdispatch.core.pytree cimport TreeDef, flatten_into
 from fastdispatch.core.signature cimport (
     CallSignature, LeafKind, LEAF_ARRAY, LEAF_HOST, LEAF_KEY, LEAF_SCALAR, LEAF_TRACER, LEAF_OTHER,
     classify_leaf)
+from fastdispatch.core.execute cimport Executable, make_executable
+from fastdispatch.core.cache cimport CacheEntry, CompiledFunctionCache
+from fastdispatch.core.outputs cimport Outputs, our_treedef
+from fastdispatch.core.engine cimport (
+    Call, CallTimes, Engine, PreviousCall, python_call, trace_context, jax_state_hand_off,
+    warm_store)
 from fastdispatch.equinox.unchanged cimport Unchanged, record_unchanged
 from fastdispatch.core.cache import default_cache
 from fastdispatch.core.engine import library_function
