@@ -128,6 +128,8 @@ def main():
         windows = np.stack([text[s : s + MAXLEN + 1] for s in starts]).astype(np.int32)
         batch = jax.device_put((windows[:, :-1], windows[:, 1:]), P("batch", None))
         train_step(model, optimizer, metrics, batch)
+        if step == 0:  # the first step's result, as flax's examples print at step 0
+            print(f"step 1 loss {float(metrics.compute()['loss']):.4f}")
         if (step + 1) % sample_every == 0:
             print(f"step {step + 1} loss {float(metrics.compute()['loss']):.4f}")
             metrics.reset()
