@@ -190,6 +190,10 @@ class _Digest:
         elif isinstance(value, enum.Enum):
             self.type_(kind, how)
             self.token("enum", value.name)
+        elif isinstance(value, jax.sharding.PartitionSpec):
+            self.partition_spec(value)
+        elif is_sharding(value):  # a Variable's sharding metadata, say
+            self.token("sharding", sharding_description(value, None))
         elif kind in (tuple, list):
             if self.once(value):
                 self.token(kind.__name__, len(value))
@@ -272,6 +276,19 @@ class _Digest:
             pass
         else:
             self.refuse(value, how)
+
+    def partition_spec(self, spec):
+        """A PartitionSpec (flax's sharding metadata holds them): each
+        dimension's axis names (None, a name, a tuple of names, or
+        UNCONSTRAINED), then its unreduced and reduced axes."""
+        unconstrained = jax.sharding.PartitionSpec.UNCONSTRAINED
+        dims = tuple("unconstrained" if axes is unconstrained else axes for axes in spec)
+        self.token(
+            "partition spec",
+            dims,
+            sorted(getattr(spec, "unreduced", ())),
+            sorted(getattr(spec, "reduced", ())),
+        )
 
     def numpy(self, value, how):
         array = np.asarray(value)

@@ -233,6 +233,32 @@ def test_an_nnx_graphdef_is_described():
     assert value_digest(graphdef) != value_digest(wider)
 
 
+def test_digest_describes_partition_specs_and_shardings():
+    P = jax.sharding.PartitionSpec
+    assert value_digest(P(None, "model")) == value_digest(P(None, "model"))
+    specs = [P(None, "model"), P("model", None), P(None, ("a", "b")), P(P.UNCONSTRAINED), P()]
+    assert len({value_digest(spec) for spec in specs}) == len(specs)
+    mesh = jax.make_mesh((1,), ("x",), axis_types=(jax.sharding.AxisType.Auto,))
+    one = jax.sharding.NamedSharding(mesh, P("x"))
+    assert value_digest(one) == value_digest(jax.sharding.NamedSharding(mesh, P("x")))
+    assert value_digest(one) != value_digest(jax.sharding.NamedSharding(mesh, P()))
+
+
+@needs_flax
+def test_an_nnx_graphdef_with_sharding_metadata_is_described():
+    """flax's tutorials annotate parameters with a PartitionSpec (MiniGPT's
+    kernel_metadata): the GraphDef holds it, and the key describes it."""
+    from flax import nnx
+
+    def model(spec):
+        metadata = {"out_sharding": jax.sharding.PartitionSpec(*spec)}
+        with jax.set_mesh(jax.make_mesh((1, 1), ("x", "y"), axis_types=(jax.sharding.AxisType.Auto,) * 2)):
+            return nnx.split(nnx.Linear(2, 4, kernel_metadata=metadata, rngs=nnx.Rngs(0)))[0]
+
+    assert value_digest(model((None, None))) == value_digest(model((None, None)))
+    assert value_digest(model((None, None))) != value_digest(model((None, "x")))
+
+
 def test_a_function_that_assigns_outside_state_is_refused():
     count = 0
 
