@@ -178,12 +178,13 @@ def miss(function, args, kwargs, holding, store=None):
         graph = _graph(function, args, kwargs, before, seconds, holding if kept else None)
     except NotFast as refusal:
         if key is not None:
-            store.refuse(
-                flax_function.fun, _reasons.WARM_LIBRARY_CALL, f"is run by flax's own call: {refusal.reason}"
-            )
+            _warm_save_unrecorded(function, key, before, refusal.reason, store)
         return out, None, refusal.reason, False
     if key is not None:
-        _warm_save(function, key, graph, before, store)
+        own_outputs = jax.tree_util.tree_unflatten(
+            graph.out_treedef.to_jax(), [0] * graph.out_treedef.num_leaves
+        )
+        _warm_save(function, key, graph.compiled, jax.tree_util.tree_structure(own_outputs), before, store)
     return out, graph, None, False
 
 
@@ -245,13 +246,10 @@ def _warm_graph(function, args, kwargs, before, loaded, store):
     return graph
 
 
-def _warm_save(function, key, graph, before, store):
-    """Write the executable flax's call compiled, when the outputs a load will
+def _warm_save(function, key, compiled, out_treedef, before, store):
+    """Write the executable flax's call compiled (``out_treedef``: the
+    structure of the function's own output), when the outputs a load will
     derive (every graph as it came in, then the function's own) are its own."""
-    compiled = graph.compiled
-    out_treedef = jax.tree_util.tree_structure(
-        jax.tree_util.tree_unflatten(graph.out_treedef.to_jax(), [0] * graph.out_treedef.num_leaves)
-    )
     derived = _kept_outputs(before, out_treedef, compiled.out_tree.num_leaves)
     if jax.tree_util.tree_structure(derived) != compiled.out_tree:
         store.refuse(
@@ -260,7 +258,25 @@ def _warm_save(function, key, graph, before, store):
             "has outputs whose structure a load could not derive from its graph",
         )
         return
-    store.save_nnx(key, compiled, function.flax_function.fun, out_treedef, len(graph.slots))
+    slots = compiled.out_tree.num_leaves - out_treedef.num_leaves
+    store.save_nnx(key, compiled, function.flax_function.fun, out_treedef, slots)
+
+
+def _warm_save_unrecorded(function, key, before, reason, store):
+    """A call no Record serves here, written when a load could serve it: one
+    that changed its arguments' shapes (shardings ``P()`` in, the equivalent
+    ``P(None, None)`` out: a first step over ``device_put`` parameters) runs
+    loaded on the graph as it came in, as every loaded call does
+    (``_warm_graph`` checks it fits); the next call, in the new shapes, is a
+    call of its own."""
+    if reason is not _reasons.CALL_CHANGED_SHAPES:
+        store.refuse(
+            function.flax_function.fun, _reasons.WARM_LIBRARY_CALL, f"is run by flax's own call: {reason}"
+        )
+        return
+    compiled = _compiled(function, before)
+    placeholders = jax.tree_util.tree_unflatten(compiled.out_tree, [0] * compiled.out_tree.num_leaves)
+    _warm_save(function, key, compiled, jax.tree_util.tree_structure(placeholders[2]), before, store)
 
 
 def _kept_outputs(before, out_treedef, num_outputs):
@@ -338,6 +354,13 @@ def _split(flax_function, args, kwargs):
         return flax_function._get_pure_args_kwargs(args, kwargs)
 
 
+def _compiled(function, before):
+    """The executable flax's jax.jit ran on the split ``before`` (from its caches)."""
+    with warnings.catch_warnings(), _graphlib.update_context(function.flax_function):
+        warnings.simplefilter("ignore")
+        return function.jitted.lower(*before[0], **before[1]).compile()
+
+
 def _graph(function, args, kwargs, before, seconds, holding, compiled=None, outputs=None, after=None):
     """The Graph this call left, for the executable it ran; ``holding``: the
     record of the same graph, when the call kept it.  A warm-start load gives
@@ -349,10 +372,7 @@ def _graph(function, args, kwargs, before, seconds, holding, compiled=None, outp
     leaves_before, treedef = _dynamic_leaves(before, statics)
 
     if compiled is None:
-        # The executable flax's jax.jit ran (from its caches).
-        with warnings.catch_warnings(), _graphlib.update_context(function.flax_function):
-            warnings.simplefilter("ignore")
-            compiled = function.jitted.lower(*before[0], **before[1]).compile()
+        compiled = _compiled(function, before)
         outputs = jax.tree_util.tree_unflatten(
             compiled.out_tree, [_Placeholder(i) for i in range(compiled.out_tree.num_leaves)]
         )

@@ -189,3 +189,22 @@ def test_rerun_under_warm_start_loads_every_step_after_an_edit(program, tmp_path
     summary = result.stderr[result.stderr.index("warm start (") :]
     assert " 0 missed, 0 written" in summary.splitlines()[0], summary
     assert "not stored" not in summary, summary
+
+
+@pytest.mark.parametrize("program", params(("nnx_data_parallel",), ("nnx_minigpt",)))
+def test_rerun_under_warm_start_loads_every_call(program, tmp_path):
+    # nnx_data_parallel's first step takes parameters device_put as P() and
+    # returns them as the equivalent P(None,): a call no record serves, stored
+    # all the same.  nnx_minigpt's graph holds PartitionSpecs (its kernels'
+    # sharding metadata), which the key describes.
+    path = os.path.join(HERE, program + ".py")
+    stock = run(path, "--steps", "3")
+    assert stock.returncode == 0, stock.stderr
+    warm = ("-m", "fastdispatch", "--trace", "--warm-start", str(tmp_path / "store"), path, "--steps", "3")
+    for _ in range(2):
+        result = run(*warm)
+        assert result.returncode == 0, result.stderr
+        assert result.stdout == stock.stdout
+    summary = result.stderr[result.stderr.index("warm start (") :]
+    assert " 0 missed, 0 written" in summary.splitlines()[0], summary
+    assert "not stored" not in summary, summary
