@@ -8,6 +8,7 @@ The programs live beside this file and never import fastdispatch; the bench
 pays jax's (and flax's) start-up, so the step counts here are small.
 """
 
+import functools
 import os
 import subprocess
 import sys
@@ -176,19 +177,14 @@ def test_rerun_under_warm_start_loads_every_step_after_an_edit(program, tmp_path
     copy = tmp_path / f"{program}.py"
     with open(os.path.join(HERE, program + ".py")) as f:
         copy.write_text(f.read())
-    stock = run(str(copy), "--steps", "3")
-    assert stock.returncode == 0, stock.stderr
-    store = str(tmp_path / "store")
-    warm = ("-m", "fastdispatch", "--trace", "--warm-start", store, str(copy), "--steps", "3")
-    for edit in ("", "# an edit\n", ""):
+
+    def edit(text):
         with open(copy, "a") as f:
-            f.write(edit)
-        result = run(*warm)
-        assert result.returncode == 0, result.stderr
-        assert result.stdout == stock.stdout
-    summary = result.stderr[result.stderr.index("warm start (") :]
-    assert " 0 missed, 0 written" in summary.splitlines()[0], summary
-    assert "not stored" not in summary, summary
+            f.write(text)
+
+    assert_last_rerun_loads_every_call(
+        str(copy), tmp_path, [functools.partial(edit, text) for text in ("", "# an edit\n", "")]
+    )
 
 
 @pytest.mark.parametrize("program", params(("nnx_data_parallel",), ("nnx_minigpt",)))
@@ -197,11 +193,19 @@ def test_rerun_under_warm_start_loads_every_call(program, tmp_path):
     # returns them as the equivalent P(None,): a call no record serves, stored
     # all the same.  nnx_minigpt's graph holds PartitionSpecs (its kernels'
     # sharding metadata), which the key describes.
-    path = os.path.join(HERE, program + ".py")
+    assert_last_rerun_loads_every_call(os.path.join(HERE, program + ".py"), tmp_path, [None, None])
+
+
+def assert_last_rerun_loads_every_call(path, tmp_path, before_each):
+    """Run ``path`` stock, then under --warm-start once per item of
+    ``before_each`` (a callable run first, or None), each with stock's
+    output; the last run loaded every call and stored nothing new."""
     stock = run(path, "--steps", "3")
     assert stock.returncode == 0, stock.stderr
     warm = ("-m", "fastdispatch", "--trace", "--warm-start", str(tmp_path / "store"), path, "--steps", "3")
-    for _ in range(2):
+    for step in before_each:
+        if step is not None:
+            step()
         result = run(*warm)
         assert result.returncode == 0, result.stderr
         assert result.stdout == stock.stdout
