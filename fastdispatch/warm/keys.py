@@ -29,7 +29,6 @@ import sys
 import jax
 import jaxlib
 import numpy as np
-from jax.extend.core import ClosedJaxpr, Jaxpr
 
 from fastdispatch import _jax
 from fastdispatch.warm import identity
@@ -289,6 +288,10 @@ def _constants(closed, found: list) -> list:
 
 
 def _nested_constants(jaxpr, found):
+    # Imported here: jax.extend loads pallas and checkify (about 30 ms), and
+    # only checked mode reads jaxprs.
+    from jax.extend.core import ClosedJaxpr, Jaxpr
+
     for eqn in jaxpr.eqns:
         for value in eqn.params.values():
             for item in value if isinstance(value, (tuple, list)) else (value,):
