@@ -36,7 +36,7 @@ import sys
 import tempfile
 import time
 
-from .cold_start import clean_environment, jax_cache_environment, warm_start_argv
+from .cold_start import clean_environment, compile_package_bytecode, jax_cache_environment, warm_start_argv
 from .programs import find_programs, programs_dir, selected, table
 
 # (repeats, steps): full and --quick.
@@ -261,6 +261,7 @@ def main(quick: bool, only: str | None, json_path: str | None, header: str) -> i
     repeats, steps = QUICK if quick else FULL
     print(header, flush=True)
     print(f"programs from {directory}", flush=True)
+    compile_package_bytecode()
     rows = []
     for name in names:
         print(f"  running {name} ...", file=sys.stderr, flush=True)
