@@ -95,6 +95,9 @@ Private names used, all read here only:
                                           where device_put puts data when given no device
   jax._src.dispatch.JAXPR_TRACE_EVENT, JAXPR_TO_MLIR_MODULE_EVENT, BACKEND_COMPILE_EVENT
                                           jax.monitoring's names of a compile's phases
+  jax._src.config.persistent_cache_min_compile_time_secs
+                                          the shortest compile jax's persistent cache keeps,
+                                          set per thread (warm start's own compiles)
   jax._src.core.AxisEnv .axis_sizes, .spmd_axis_names, .explicit_mesh_axis_names
                                           the trace context's axis environment, as data
                                           (warm start's key; before 0.10 the context holds
@@ -821,6 +824,16 @@ COMPILE_PHASE_EVENTS = {
     _need("jax._src.dispatch", "JAXPR_TO_MLIR_MODULE_EVENT"): "lowering",
     _need("jax._src.dispatch", "BACKEND_COMPILE_EVENT"): "XLA",
 }
+
+# The shortest compile jax writes to its persistent cache: a thread's own value
+# of it (a `with` block) holds for that thread's compiles only.
+_JAX_CACHE_MIN_COMPILE_TIME = _need("jax._src.config", "persistent_cache_min_compile_time_secs")
+
+
+def jax_cache_unwritten():
+    """A `with` block in which this thread's compiles are not written to jax's
+    persistent cache (warm start's compiles for its own store, warm/refill.py)."""
+    return _JAX_CACHE_MIN_COMPILE_TIME(float("inf"))
 
 
 # -- for --trace's eager ops (tracing/hooks.py) -----------------------------------

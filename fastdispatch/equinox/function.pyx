@@ -675,8 +675,9 @@ cdef class FilterDispatcher(Engine):
         # said (or silenced) by the call itself.
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            compiled = self.equinox_lower(
-                <object>call.function, *<tuple>call.args, **<dict>call.kwargs).lowered.compile()
+            lowered = self.equinox_lower(
+                <object>call.function, *<tuple>call.args, **<dict>call.kwargs).lowered
+            compiled = lowered.compile()
         cdef Executable executable
         cdef OutputRecipe recipe
         try:
@@ -692,7 +693,8 @@ cdef class FilterDispatcher(Engine):
             store = warm_store()
             if store is not None:
                 store.save_filter(entry.warm_key, compiled, self.jitted, entry.signature,
-                                  recipe.treedef.to_jax(), _recipe_sources(recipe), recipe.statics)
+                                  recipe.treedef.to_jax(), _recipe_sources(recipe), recipe.statics,
+                                  lambda: lowered)
         return executable, recipe
 
     cdef Executable _executable(self, object compiled, CacheEntry entry, list leaves):

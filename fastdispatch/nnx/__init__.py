@@ -259,7 +259,8 @@ def _warm_save(function, key, compiled, out_treedef, before, store):
         )
         return
     slots = compiled.out_tree.num_leaves - out_treedef.num_leaves
-    store.save_nnx(key, compiled, function.flax_function.fun, out_treedef, slots)
+    lower = functools.partial(_lowered, function, before)
+    store.save_nnx(key, compiled, function.flax_function.fun, out_treedef, slots, lower)
 
 
 def _warm_save_unrecorded(function, key, before, reason, store):
@@ -354,11 +355,19 @@ def _split(flax_function, args, kwargs):
         return flax_function._get_pure_args_kwargs(args, kwargs)
 
 
-def _compiled(function, before):
-    """The executable flax's jax.jit ran on the split ``before`` (from its caches)."""
+def _lowered(function, before):
+    """flax's jax.jit lowering of the split ``before``, from jax's caches:
+    what it warns, the call itself just said."""
     with warnings.catch_warnings(), _graphlib.update_context(function.flax_function):
         warnings.simplefilter("ignore")
-        return function.jitted.lower(*before[0], **before[1]).compile()
+        return function.jitted.lower(*before[0], **before[1])
+
+
+def _compiled(function, before):
+    """The executable flax's jax.jit ran on the split ``before`` (from its caches)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return _lowered(function, before).compile()
 
 
 def _graph(function, args, kwargs, before, seconds, holding, compiled=None, outputs=None, after=None):

@@ -223,12 +223,14 @@ class WarmStart:
             )
         return compiled
 
-    def save(self, key, compiled, fun, recipe=None, traced=None, flat_inputs=False):
+    def save(self, key, compiled, fun, recipe=None, traced=None, flat_inputs=False, lower=None):
         """Write ``compiled`` (and a front end's ``recipe``: plain data) under
         ``key``, when jax traced it in this process; in checked mode, when
         it was compiled from ``traced``, the very trace the key digests.
         ``flat_inputs``: its input tree as a flat tuple (nnx.jit's holds
-        GraphDefs, not data)."""
+        GraphDefs, not data).  ``lower`` gives the call's jax Lowered (from
+        jax's caches; ``traced.lower`` by default), should jax's persistent
+        cache have served the compile: it is compiled again for the store."""
         pending = getattr(_traces, "pending", None)
         _traces.pending = None
         from_jax_cache = self._served_by_jax_cache(
@@ -270,9 +272,11 @@ class WarmStart:
             def write(fresh):
                 self.store.save(key, fresh, fun, recipe, self.tally(fun), flat_inputs=flat_inputs)
 
+        if lower is None and traced is not None:
+            lower = traced.lower
         if not from_jax_cache:
             write(compiled)
-        elif traced is None:
+        elif lower is None:
             # An executable jax loaded from its persistent cache does not
             # serialize again whole (on CPU its code is missing from the copy).
             self.store.refuse(
@@ -282,7 +286,7 @@ class WarmStart:
                 "serialize again whole); it is written where jax compiles it",
             )
         else:
-            self._refill(fun, traced, write)
+            self._refill(fun, lower, key.digest if type(key) is Checked else key, write)
 
     def _served_by_jax_cache(self, compiled, hit: bool) -> bool:
         """Whether ``compiled`` came from jax's persistent cache: it was a hit
@@ -299,7 +303,7 @@ class WarmStart:
                 return True
             return self.served.get(id(executable)) is executable
 
-    def _refill(self, fun, traced, write):
+    def _refill(self, fun, lower, seed, write):
         """A miss jax's persistent cache served: compiled once more for the
         store, beside the program (warm/refill.py), so that the next run loads
         it; lowered here, where the call's context is."""
@@ -313,11 +317,11 @@ class WarmStart:
             )
 
         try:
-            lowered = traced.lower()
+            lowered = lower()
         except Exception as error:  # never let the store break a call
             failed(f"did not lower again ({type(error).__name__}: {error})")
             return
-        refill.start(lowered, write, failed, lambda: getattr(_traces, "jax_cache_hits", 0))
+        refill.start(lowered, seed, write, failed, lambda: getattr(_traces, "jax_cache_hits", 0))
 
     def save_jit(self, key, compiled, fun, traced, signature):
         """Write a jit compile.  Its argument and output trees are stored as
@@ -368,22 +372,24 @@ class WarmStart:
         _traces.pending = None
         self.store.refuse(fun, reason, detail)
 
-    def save_filter(self, key, compiled, fun, signature, out_treedef, sources, statics):
+    def save_filter(self, key, compiled, fun, signature, out_treedef, sources, statics, lower):
         """Write a filter_jit compile with its output recipe (the output tree
         ``out_treedef``, each leaf's executable output in ``sources`` or its
-        value in ``statics``), described as plain data (warm/outputs.py)."""
+        value in ``statics``), described as plain data (warm/outputs.py);
+        ``lower``: as ``save`` takes it."""
 
         def describe():
             return outputs.describe(out_treedef, sources, statics, filter_call_objects(signature))
 
-        self._save_described(key, compiled, fun, describe)
+        self._save_described(key, compiled, fun, describe, lower=lower)
 
-    def save_nnx(self, key, compiled, fun, out_treedef, first_output):
+    def save_nnx(self, key, compiled, fun, out_treedef, first_output, lower):
         """Write an nnx.jit compile whose executable keeps every graph it is
         given, with the function's own output structure ``out_treedef`` (its
         leaves the executable's outputs from ``first_output`` on), described
         as plain data (warm/outputs.py); the graphs' outputs are the call's
-        own GraphDefs again, derived from the arguments when loaded."""
+        own GraphDefs again, derived from the arguments when loaded;
+        ``lower``: as ``save`` takes it."""
         n = out_treedef.num_leaves
         sources = range(first_output, first_output + n)
         self._save_described(
@@ -392,6 +398,7 @@ class WarmStart:
             fun,
             lambda: ("nnx", outputs.describe(out_treedef, sources, [None] * n, [])),
             flat_inputs=True,
+            lower=lower,
         )
 
     def _save_described(self, key, compiled, fun, describe, **save_options):

@@ -9,13 +9,14 @@ the key changed while the computation did not, as after an edit anywhere in
 the program's file (a user module is keyed by its source).
 
 So the lowering is compiled once more, for the store, in a thread beside the
-program: with XLA options set to their default values
-(``xla_embed_ir_in_executable=False``, ...), which leave the executable as
-it is but give jax's cache another key, so that XLA compiles it.  Where jax's
-cache serves that key too (another signature of the same step, whose lowering
-is the same, refilled just before; or a run that wrote jax's entry and died
-before the store's), the next set of options is tried; after the last, the
-call is not written, and says so.  One thread compiles the refills in turn;
+program, under an XLA option that leaves the executable as it is but gives
+jax's cache a key of its own: ``xla_debug_buffer_assignment_show_max``, how
+many buffers XLA's debug text of a buffer assignment lists, set to a number
+above a billion drawn from the store key.  (XLA's dump options would do as
+well, but jax leaves them out of its cache key.)  jax's cache is not written
+in that thread (a copy under a key no run asks for would only take room), so
+the key of each store key's first try is never in it; should it be (a jax
+that wrote it after all), the next tries follow.  One thread compiles the refills in turn;
 it is not a daemon: Python waits for it at exit (before atexit hooks, the
 --trace summary among them).
 """
@@ -25,13 +26,19 @@ from __future__ import annotations
 import collections
 import threading
 
-# Compiles as jax would without them, each under another key of jax's cache:
-# XLA debug options, every one at its default value.
-FRESH_COMPILES = (
-    {"xla_embed_ir_in_executable": False},
-    {"xla_embed_ir_in_executable": False, "xla_dump_hlo_as_text": False},
-    {"xla_embed_ir_in_executable": False, "xla_dump_hlo_as_text": False, "xla_dump_hlo_as_proto": False},
-)
+from fastdispatch import _jax
+
+# Tries per store key: each with a key of jax's cache of its own.
+TRIES = 3
+_BASE = 1 << 30
+
+
+def fresh_options(seed: str, attempt: int) -> dict:
+    """XLA options under which a compile is jax's own with a key of jax's
+    cache that no other store key's refill shares (``seed``: the store key's
+    hex digest)."""
+    return {"xla_debug_buffer_assignment_show_max": _BASE + int(seed[:7], 16) * TRIES + attempt}
+
 
 _local = threading.local()
 _lock = threading.Lock()
@@ -44,14 +51,14 @@ def active() -> bool:
     return getattr(_local, "active", False)
 
 
-def start(lowered, write, failed, hits) -> None:
-    """Compile ``lowered`` for the store beside the program, then
-    ``write(compiled)``; ``failed(why)`` on an error, or when jax's cache
-    served every fresh compile (``hits()``: this thread's count of jax's
-    cache hits)."""
+def start(lowered, seed, write, failed, hits) -> None:
+    """Compile ``lowered`` for the store beside the program (``seed``: the
+    store key's hex digest), then ``write(compiled)``; ``failed(why)`` on an
+    error, or when jax's cache served every fresh compile (``hits()``: this
+    thread's count of jax's cache hits)."""
     global _worker
     with _lock:
-        _queue.append((lowered, write, failed, hits))
+        _queue.append((lowered, seed, write, failed, hits))
         if _worker is None or not _worker.is_alive():
             _worker = threading.Thread(target=_run, name="fastdispatch-warm-refill", daemon=False)
             _worker.start()
@@ -76,11 +83,12 @@ def _run():
         _refill(*job)
 
 
-def _refill(lowered, write, failed, hits):
+def _refill(lowered, seed, write, failed, hits):
     try:
-        for options in FRESH_COMPILES:
+        for attempt in range(TRIES):
             before = hits()
-            compiled = lowered.compile(compiler_options=options)
+            with _jax.jax_cache_unwritten():
+                compiled = lowered.compile(compiler_options=fresh_options(seed, attempt))
             if hits() == before:
                 write(compiled)
                 return

@@ -120,3 +120,22 @@ def test_a_change_recompiles_that_function_only(program, changed, change):
     assert second["traced"] == collections.Counter([changed, "tagged"])
     assert loads_each_once_or_again(second, len(STORED) - 1)
     assert second["stats"]["written"] == 1
+
+
+def test_a_key_changed_where_the_computation_did_not_is_stored_again(program):
+    # A comment in the module of Scaled changes scaled's key, not its program:
+    # jax's cache underneath serves the compile (from the first edit's run on:
+    # the copy's paths are in its programs' locations),
+    # which is compiled again for the store, so that the next run loads it.
+    for edit in range(2):
+        with open(program / "modules.py", "a") as f:
+            f.write(f"# comment {edit}\n")
+        second = run(program)
+        assert second["traced"] == collections.Counter(["scaled", "tagged"])  # lowered again untraced
+        scaled = second["stats"]["functions"]["scaled"]
+        assert (scaled["missed"], scaled["written"]) == (1, 1), second["stats"]
+    assert scaled["refilled"] == 1, second["stats"]
+    third = run(program)
+    assert third["traced"] == collections.Counter(["tagged"])
+    assert loads_each_once_or_again(third, len(STORED))
+    assert third["results"] == second["results"]

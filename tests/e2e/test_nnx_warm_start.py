@@ -179,3 +179,23 @@ def test_a_change_recompiles_that_function_only(filled, program, changed, change
     stock = run(program, stock=True, **change)
     assert second["results"] == stock["results"]
     assert second["results"][changed] != filled[2]["results"][changed]
+
+
+def test_a_key_changed_where_the_computation_did_not_is_stored_again(filled, program):
+    # A comment in the Modules' file changes the keys of the calls over them,
+    # not their programs: jax's cache underneath serves each compile (from the
+    # first edit's run on: the copy's paths are in its programs' locations),
+    # which is compiled again for the store, so that the next run loads it.
+    for edit in range(2):
+        with open(program / "modules.py", "a") as f:
+            f.write(f"# comment {edit}\n")
+        second = run(program)
+        # Lowered again from jax's caches: no function traced twice.
+        assert all(count <= TRACES[name] for name, count in second["traced"].items()), second["traced"]
+    refilled = {name: tally for name, tally in second["stats"]["functions"].items() if tally.get("refilled")}
+    assert "train_step" in refilled, second["stats"]
+    assert all(tally.get("written") == tally["refilled"] for tally in refilled.values()), second["stats"]
+    third = run(program)
+    assert third["traced"] == collections.Counter({name: TRACES[name] for name in NOT_STORED})
+    assert third["stats"]["loaded"] == STORED
+    assert third["results"] == filled[2]["results"]

@@ -623,3 +623,32 @@ def test_jitted_function_is_what_jit_wraps():
     assert _jax.jitted_function(jax.jit(g)) is g
     assert _jax.jitted_function(jnp.sin).__module__.startswith("jax._src.numpy")
     assert _jax.jitted_function(lambda: None) is None
+
+
+def check_jax_cache_unwritten(cache_dir):
+    jax.config.update("jax_compilation_cache_dir", cache_dir)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
+    x = np.arange(3.0, dtype=np.float32)  # no eager op: nothing compiled but f
+
+    def compile_in_a_thread(f, unwritten):
+        def compile_it():
+            if unwritten:
+                with _jax.jax_cache_unwritten():
+                    jax.jit(f).lower(x).compile()
+            else:
+                jax.jit(f).lower(x).compile()
+
+        thread = threading.Thread(target=compile_it)
+        thread.start()
+        thread.join()
+
+    compile_in_a_thread(lambda v: v * 7.0, unwritten=True)
+    assert not any("lambda" in name for name in os.listdir(cache_dir)), os.listdir(cache_dir)
+    compile_in_a_thread(lambda v: v * 9.0, unwritten=False)  # the global setting again
+    assert any("lambda" in name for name in os.listdir(cache_dir)), os.listdir(cache_dir)
+
+
+def test_jax_cache_unwritten_keeps_this_threads_compiles_out_of_jaxs_cache(tmp_path):
+    # jax's cache settings are the process's: a fresh one.
+    run_in_subprocess(check_jax_cache_unwritten, str(tmp_path), n_devices=1, timeout=120)
