@@ -426,11 +426,14 @@ def _get(weak: weakref.WeakKeyDictionary, key):
 
 
 def _trees_pickle(compiled) -> bool:
+    """Whether the executable's trees come back from a pickle as they are: a
+    node whose data holds a sentinel (equinox's ``MISSING``, compared by
+    identity) pickles, but into another object, which its unflatten rejects."""
+    trees = (compiled.in_tree, compiled.out_tree)
     try:
-        pickle.dumps((compiled.in_tree, compiled.out_tree), protocol=pickle.HIGHEST_PROTOCOL)
+        return pickle.loads(pickle.dumps(trees, protocol=pickle.HIGHEST_PROTOCOL)) == trees
     except Exception:
         return False
-    return True
 
 
 _current = None

@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from frontends import needs_flax
+from frontends import needs_equinox, needs_flax
 
 import fastdispatch
 from fastdispatch import warm
@@ -370,3 +370,14 @@ def test_checked_mode_refuses_effects(tmp_path):
         assert "has effects" in reason
     finally:
         fastdispatch.warm_start(None)
+
+
+@needs_equinox
+def test_trees_are_stored_as_they_are_only_where_they_come_back_so():
+    # An equinox Module's tree node holds equinox's MISSING sentinel, which
+    # pickles into another object; its unflatten would then reject it.
+    import equinox as eqx
+
+    model = eqx.nn.Linear(2, 3, key=jax.random.key(0))
+    assert not warm._trees_pickle(jax.jit(lambda m: m.weight.sum()).lower(model).compile())
+    assert warm._trees_pickle(jax.jit(lambda x: {"y": x}).lower(jnp.ones(2)).compile())
