@@ -16,9 +16,9 @@ above a billion drawn from the store key.  (XLA's dump options would do as
 well, but jax leaves them out of its cache key.)  jax's cache is not written
 in that thread (a copy under a key no run asks for would only take room), so
 the key of each store key's first try is never in it; should it be (a jax
-that wrote it after all), the next tries follow.  One thread compiles the refills in turn;
-it is not a daemon: Python waits for it at exit (before atexit hooks, the
---trace summary among them).
+that wrote it after all), the next tries follow.  One thread compiles the
+refills in turn; it is not a daemon: Python waits for it at exit (before
+atexit hooks, the --trace summary among them).
 """
 
 from __future__ import annotations
