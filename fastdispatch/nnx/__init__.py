@@ -170,7 +170,7 @@ def miss(function, args, kwargs, holding, store=None):
             else:
                 out = flax_function._get_non_pure_out(*outputs)
     if loaded is not None:
-        graph = _warm_graph(function, args, kwargs, before, loaded, store)
+        graph = _warm_graph(function, args, kwargs, before, loaded, store, holding)
         if graph is not None:
             return None, graph, None, True
         return miss(function, args, kwargs, holding, None)  # flax's call, not written again
@@ -224,17 +224,20 @@ def _warm_lookup(function, args, before, store):
     return key, None if key is None else store.load(key)
 
 
-def _warm_graph(function, args, kwargs, before, loaded, store):
+def _warm_graph(function, args, kwargs, before, loaded, store, holding):
     """The Graph of the graph as the split found it (``before``), running the
     executable ``loaded`` from the store; None when it does not fit the call
-    (the reason recorded)."""
+    (the reason recorded).  ``holding``: as ``miss`` takes it; the loaded
+    executable keeps the graph, so a record of it runs this shape too."""
     began = time.perf_counter()
     try:
         compiled, (kind, described) = loaded
         out_treedef, sources, _ = store.nnx_outputs(described)
         outputs = _kept_outputs(before, out_treedef, compiled.out_tree.num_leaves)
+        if holding is not None and not _keeps_graph(outputs, before, holding):
+            holding = None
         graph = _graph(
-            function, args, kwargs, before, time.perf_counter() - began, None, compiled, outputs, before
+            function, args, kwargs, before, time.perf_counter() - began, holding, compiled, outputs, before
         )
         if kind != "nnx" or sources != list(range(len(graph.slots), compiled.out_tree.num_leaves)):
             raise LookupError("outputs unlike the graph's")

@@ -93,5 +93,5 @@ cdef class NnxJitFunction(Engine):
     cdef object __weakref__
 
     cdef object _miss(self, Call* call, Record holding, CallTimes* times)
-    cdef Record _add_record(self, object graph, CacheEntry entry)
+    cdef Record _record(self, object graph, CacheEntry entry, Record holding)
     cdef CacheEntry _new_entry(self, Call* call, object graph)

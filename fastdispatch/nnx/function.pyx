@@ -499,7 +499,7 @@ cdef class NnxJitFunction(Engine):
             ended(call, times, False, 0, _NEW_GRAPH, None)
             raise
         if loaded:
-            return self.run(call, entry, self._add_record(graph, entry), graph.leaves, times)
+            return self.run(call, entry, self._record(graph, entry, holding), graph.leaves, times)
         if graph is not None:
             entry = self.executables.find(graph.signature)
             if entry is None:
@@ -507,13 +507,8 @@ cdef class NnxJitFunction(Engine):
                 compiled = True
             if entry.executable is None:
                 refusal = entry.hand_off_reason
-            elif holding is not None and graph.guards is holding.guards:
-                # The graph of a record, in another shape: one more it runs.
-                holding.add_shape(graph.signature, entry, graph.out_treedef)
-                record = holding
-                self.refused, self.refusal_repeated = None, False
             else:
-                record = self._add_record(graph, entry)
+                record = self._record(graph, entry, holding)
         if record is None:
             key = _arguments_key(args, kwargs)
             self.refusal_repeated = self.refused == key and self.refusal == refusal
@@ -522,13 +517,18 @@ cdef class NnxJitFunction(Engine):
               None if compiled else _NEW_GRAPH, entry.signature if record is not None else None)
         return out
 
-    cdef Record _add_record(self, object graph, CacheEntry entry):
-        """The Record of ``graph`` running ``entry``'s executable, first in line."""
+    cdef Record _record(self, object graph, CacheEntry entry, Record holding):
+        """The Record that runs ``entry``'s executable on ``graph``: ``holding``,
+        one more shape of it, where the graph is its own (its guards); else a
+        new Record, first in line."""
+        self.refused, self.refusal_repeated = None, False
+        if holding is not None and graph.guards is holding.guards:
+            holding.add_shape(graph.signature, entry, graph.out_treedef)
+            return holding
         cdef Record record = Record(graph.nargs, graph.kwnames, graph.inputs, graph.statics,
                                     graph.guards, graph.slots, entry, graph.signature,
                                     graph.out_treedef)
         self.records = ((record,) + self.records)[:MAX_RECORDS]
-        self.refused, self.refusal_repeated = None, False
         return record
 
     cdef CacheEntry _new_entry(self, Call* call, object graph):
@@ -541,7 +541,7 @@ cdef class NnxJitFunction(Engine):
 
     cdef tuple build(self, Call* call, CacheEntry entry, list leaves, object out):
         """The Executable of ``out``, the Graph a flax call left; no Outputs:
-        each Record of the graph is its calls' (``_add_record``)."""
+        each Record of the graph is its calls' (``_record``)."""
         return make_executable(out.compiled, entry.signature, leaves, out.donates, False), None
 
     cdef object library_call(self, Call* call):

@@ -137,6 +137,31 @@ def test_a_new_input_shape_is_another_record(sink):
     assert outcomes(sink) == ["compile", "hit", "compile", "hit", "hit", "hit"]
 
 
+def test_shapes_loaded_by_warm_start_share_their_graph_s_record(sink, tmp_path):
+    # A decode loop's prompt grows a token a step: more shapes of one graph
+    # than there are records.  Loaded from the store, each shape is one more
+    # of the graph's record, as compiled ones are, not a record of its own
+    # (five records of one graph pushed each other out: every call loaded).
+    block = Block(nnx.Rngs(0))
+    jitted = fnnx.jit(forward)
+    prompts = [jnp.ones((n, 3)) for n in range(1, 7)]
+    fastdispatch.warm_start(tmp_path, preload=False)
+    try:
+        for x in prompts:
+            jitted(block, x)
+        assert fastdispatch.warm_start_stats()["written"] == len(prompts)
+        jitted.clear_cache()
+        del sink.calls[:]
+        outs = [jitted(block, x) for x in prompts + prompts]
+        assert fastdispatch.warm_start_stats()["loaded"] == len(prompts)
+        assert len(jitted._records()) == 1
+    finally:
+        fastdispatch.warm_start(None)
+    assert outcomes(sink) == ["hit"] * 2 * len(prompts)  # a load runs as a hit
+    for x, out in zip(prompts + prompts, outs):
+        np.testing.assert_array_equal(out, forward(block, x))
+
+
 def test_host_values_are_converted_on_the_fast_path(sink):
     # Unlike jax.jit's, flax's own call costs far more than converting a new
     # Python scalar (a step counter) or a numpy batch: the fast path does it.
