@@ -1,11 +1,13 @@
 """Loading a program's stored executables in the background, from its start.
 
 Each program (its script's path, or ``-m`` module) has a manifest in the store,
-``.programs/<digest>``: the keys it loaded or wrote, one per line, the latest
-last.  When warm start begins, a daemon thread takes the manifest's latest
-keys and loads their files (warm/store.py's ``Store.read``), so that loading
-overlaps the program's imports and model initialisation; a miss then finds its
-executable loaded (``take``), or waits for the one being loaded.
+``.programs/<digest>``: the keys each of its runs loaded or wrote, one per
+line, in the order the run first asked for them, each run's after a line of
+its own.  When warm start begins, a daemon thread loads the files of the last
+run's keys in that order, then of earlier runs' (warm/store.py's
+``Store.read``), so that loading overlaps the program's imports and model
+initialisation and keeps ahead of its calls; a miss then finds its executable
+loaded (``take``), or waits for the one being loaded.
 
 Deserializing an executable puts it on jax's devices, which initialises jax's
 backends: the thread waits until the program has done so itself, so that its
@@ -24,9 +26,11 @@ import time
 from fastdispatch import _jax
 from fastdispatch.warm.store import write_atomically
 
-# Keys loaded per program: the latest ones, most recent first.
+# Keys loaded per program, at most.
 MAX_KEYS = 64
 _MANIFESTS = ".programs"
+# The manifest's line before each run's keys.
+_RUN = "-"
 # Seconds between looks at jax's backends, while the program has not made them.
 _WAIT_STEP = 0.005
 _WAIT_STEP_MAX = 0.05
@@ -84,39 +88,50 @@ class Preloader:
         """Append ``key`` to the manifest, once per process (never raises)."""
         if key in self._remembered or not self.store.writable:
             return
+        line = key + "\n" if self._remembered else f"{_RUN}\n{key}\n"  # the run's first key
         self._remembered.add(key)
         try:
             os.makedirs(os.path.dirname(self.manifest), exist_ok=True)
-            # One write of one short line: processes appending at once keep whole lines.
+            # One short write: processes appending at once keep whole lines.
             fd = os.open(self.manifest, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
             try:
-                os.write(fd, (key + "\n").encode())
+                os.write(fd, line.encode())
             finally:
                 os.close(fd)
         except OSError:
             pass  # the manifest only speeds up the next start
 
     def latest_keys(self) -> list[str]:
-        """The manifest's latest MAX_KEYS distinct keys whose files exist,
-        most recent first; the manifest is compacted to them when it grew."""
+        """The keys to load, in the order the program will likely ask for
+        them: the last run's, in the order it first asked for them, then each
+        earlier run's, the latest first; each once, only those whose files
+        exist, MAX_KEYS at most.  A manifest that grew is compacted to them."""
         try:
             with open(self.manifest) as f:
                 lines = f.read().split("\n")
         except OSError:
             return []
-        keys = []
-        for line in reversed(lines):
-            if line and line not in keys and os.path.exists(self.store.path(line)):
-                keys.append(line)
-                if len(keys) == MAX_KEYS:
-                    break
+        runs = [[]]
+        for line in lines:
+            if line == _RUN:
+                runs.append([])
+            elif line:
+                runs[-1].append(line)
+        keys, seen = [], set()
+        for run in reversed(runs):
+            for key in run:
+                if key not in seen and len(keys) < MAX_KEYS:
+                    seen.add(key)
+                    if os.path.exists(self.store.path(key)):
+                        keys.append(key)
         if len(lines) > 4 * MAX_KEYS:
             self._rewrite(keys)
         return keys
 
     def _rewrite(self, keys):
+        """The manifest as one run of ``keys``, which keeps their order."""
         try:
-            write_atomically(self.manifest, "".join(key + "\n" for key in reversed(keys)).encode())
+            write_atomically(self.manifest, "".join(f"{line}\n" for line in [_RUN, *keys]).encode())
         except OSError:
             pass  # the manifest only speeds up the next start
 
