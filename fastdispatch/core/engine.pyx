@@ -334,11 +334,16 @@ cdef class Engine:
         """A miss, on the one thread that compiles this signature: the library
         runs the call (tracing, compiling, converting, donating, warning and
         failing as it does), then ``build`` takes its executable (from jax's
-        caches: ~0.2 ms)."""
+        caches: ~0.2 ms).  One warm start may write records what it warns."""
         reached(times, AT_FOUND, "compile")   # the library's own spans nest inside
         cdef long long began = now_ns()
+        store = None if entry.warm_key is None else warm_store()
         try:
-            out = self.library_call(call)
+            if store is None:
+                out = self.library_call(call)
+            else:
+                with store.recording_warnings():
+                    out = self.library_call(call)
         except BaseException as error:
             self.executables.fail(entry, error)
             ended(call, times, False, now_ns() - began, _reasons.COMPILE_ERROR, entry.signature)

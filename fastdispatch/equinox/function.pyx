@@ -65,7 +65,6 @@ cdef str _DYNAMIC_FUN = sys.intern("_dynamic_fun")
 cdef str _STATIC_FUN = sys.intern("_static_fun")
 cdef str _DONATE_FIRST = sys.intern("donate_first")
 cdef str _DONATE_REST = sys.intern("donate_rest")
-cdef str _FILTER_WARNING = sys.intern("filter_warning")
 
 
 # A call's static part, as its CallSignature's static_args hold it: (label,
@@ -710,14 +709,6 @@ cdef class FilterDispatcher(Engine):
     cdef object warm_key(self, Call* call, CallSignature signature, object store):
         """The call's key in the warm-start store (fastdispatch.warm), or None."""
         if self.warm_options is None:
-            return None
-        found = PyDict_GetItem(PyObject_GenericGetDict(<object>call.function, NULL), _FILTER_WARNING)
-        if any(_donation_of(signature)) and (found == NULL or <object>found is not True):
-            # donate="warn": the caller asked for jax's compile-time warning
-            # about donated buffers it cannot use, which a load would not give.
-            store.refuse(self.jitted, _reasons.WARM_DONATION_WARNINGS,
-                         'donates with donate="warn...": a load would not give '
-                         "jax's warning about donated buffers it cannot use")
             return None
         return store.filter_key(self.jitted, self.warm_options, signature)
 

@@ -37,6 +37,7 @@ tests/unit/test_nnx.py:
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import time
@@ -152,7 +153,8 @@ def miss(function, args, kwargs, holding, store=None):
     gives ``(None, graph, None, True)``, a Graph of the graph as the split
     found it, for the engine to run as a hit (a Record's write-back, as on
     every later call); else the compile is written under the key when its
-    executable keeps every graph (the one pattern a Record serves)."""
+    executable keeps every graph (the one pattern a Record serves), with what
+    it warned, for a load to warn again."""
     flax_function = function.flax_function
     key = loaded = None
     with _graphlib.update_context(flax_function):
@@ -161,7 +163,8 @@ def miss(function, args, kwargs, holding, store=None):
             key, loaded = _warm_lookup(function, args, before, store)
         if loaded is None:
             began = time.perf_counter()
-            outputs = flax_function.jitted_fn(*before[0], **before[1])
+            with contextlib.nullcontext() if key is None else store.recording_warnings():
+                outputs = flax_function.jitted_fn(*before[0], **before[1])
             seconds = time.perf_counter() - began
             kept = holding is not None and _keeps_graph(outputs, before, holding)
             if kept:

@@ -30,7 +30,7 @@ import jax
 
 from fastdispatch import _jax, _reasons
 from fastdispatch.core import engine as _engine
-from fastdispatch.warm import jax_cache, outputs, refill
+from fastdispatch.warm import jax_cache, outputs, refill, warned
 from fastdispatch.warm import preload as preload_module
 from fastdispatch.warm.identity import NotStored, function_digest
 from fastdispatch.warm.keys import (
@@ -214,6 +214,7 @@ class WarmStart:
             with self.store._lock:
                 tally["load_seconds"] += time.perf_counter() - began
         else:
+            _traces.warned = ()
             _traces.pending = (
                 key,
                 getattr(_traces, "count", 0),
@@ -223,9 +224,17 @@ class WarmStart:
             )
         return compiled
 
+    def recording_warnings(self):
+        """The context of a miss's library call whose compile may be written:
+        the warnings this thread issues in it are written with it, for a load
+        to issue again (warm/warned.py)."""
+        _traces.warned = []
+        return warned.recording(_traces.warned)
+
     def save(self, key, compiled, fun, recipe=None, traced=None, flat_inputs=False, lower=None):
-        """Write ``compiled`` (and a front end's ``recipe``: plain data) under
-        ``key``, when jax traced it in this process; in checked mode, when
+        """Write ``compiled`` (and a front end's ``recipe``: plain data, and
+        what its compile warned: ``recording_warnings``) under ``key``, when
+        jax traced it in this process; in checked mode, when
         it was compiled from ``traced``, the very trace the key digests.
         ``flat_inputs``: its input tree as a flat tuple (nnx.jit's holds
         GraphDefs, not data).  ``lower`` gives the call's jax Lowered (from
@@ -233,6 +242,7 @@ class WarmStart:
         cache have served the compile: it is compiled again for the store."""
         pending = getattr(_traces, "pending", None)
         _traces.pending = None
+        issued, _traces.warned = getattr(_traces, "warned", ()), ()
         from_jax_cache = self._served_by_jax_cache(
             compiled, pending is not None and getattr(_traces, "jax_cache_hits", 0) > pending[4]
         )
@@ -244,7 +254,7 @@ class WarmStart:
                 return
 
             def write(fresh):
-                self.store.save(key.digest, fresh, fun, None, self.tally(fun), trees=False)
+                self.store.save(key.digest, fresh, fun, None, self.tally(fun), trees=False, warned=issued)
 
         else:
             if pending is None or pending[0] != key:
@@ -270,7 +280,9 @@ class WarmStart:
                 return
 
             def write(fresh):
-                self.store.save(key, fresh, fun, recipe, self.tally(fun), flat_inputs=flat_inputs)
+                self.store.save(
+                    key, fresh, fun, recipe, self.tally(fun), flat_inputs=flat_inputs, warned=issued
+                )
 
         if lower is None and traced is not None:
             lower = traced.lower

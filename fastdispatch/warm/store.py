@@ -4,7 +4,8 @@ A file is named by its key (warm/keys.py) and holds a header (magic, the
 payload's length and sha256) and the payload: jax's serialized executable
 with its input and output trees (``jax.experimental.serialize_executable``),
 the ids of the devices it runs on (loaded onto those, not onto every device),
-and for filter_jit its output recipe (plain data: warm/outputs.py).
+the front ends' output recipe (plain data: warm/outputs.py), and the warnings
+its compile issued, which a load issues again (warm/warned.py).
 What disks and people do to it:
 
 - writes are atomic (a temporary file in the directory, then ``os.replace``),
@@ -36,6 +37,7 @@ import jax
 from jax.experimental import serialize_executable
 
 from fastdispatch import _jax, _reasons
+from fastdispatch.warm import warned as warned_module
 
 MAGIC = b"fastdispatch-warm-1\n"
 SUFFIX = ".jit"
@@ -101,7 +103,9 @@ class Store:
         one front end's call, so each front end reads back what it wrote.  The
         outcome ("loaded", "missed" or "damaged") is also counted in ``tally``;
         a load the background preloader made is counted "preloaded" too.
-        ``trees``: (input tree, output tree) for one saved without its own."""
+        ``trees``: (input tree, output tree) for one saved without its own.
+        The warnings the compile issued are issued again (warm/warned.py),
+        raising what the program's filters make of them."""
         path = self.path(key)
         loaded = None
         if self.preloader is not None and trees is None:
@@ -123,12 +127,15 @@ class Store:
         except OSError:
             pass  # a read-only store
         self._count("loaded", tally=tally)
+        loaded, warned = loaded
+        warned_module.issue(warned)
         return loaded
 
     def read(self, key: str, trees=None):
-        """``("loaded", what load returns)``, ``("missed", None)`` or
-        ``("damaged", why)``: the file under ``key``, read and loaded onto its
-        devices, counting and warning nothing (the preloader's thread calls it)."""
+        """``("loaded", (what load returns, the warnings to issue again))``,
+        ``("missed", None)`` or ``("damaged", why)``: the file under ``key``,
+        read and loaded onto its devices, counting and warning nothing (the
+        preloader's thread calls it)."""
         path = self.path(key)
         try:
             with open(path, "rb") as f:
@@ -153,7 +160,7 @@ class Store:
             recipe = stored.get("recipe")
         except Exception as error:
             return "damaged", f"does not load ({type(error).__name__}: {error})"
-        return "loaded", compiled if recipe is None else (compiled, recipe)
+        return "loaded", (compiled if recipe is None else (compiled, recipe), stored.get("warned", ()))
 
     def _damaged(self, path, what, tally=None):
         self._count("damaged", tally=tally)
@@ -178,6 +185,7 @@ class Store:
         tally: dict | None = None,
         trees=True,
         flat_inputs=False,
+        warned=(),
     ) -> None:
         """Write ``compiled`` (of ``fun``), and ``recipe`` when given, under
         ``key``: atomically, then bound the store; "written" (or "not_written")
@@ -185,8 +193,9 @@ class Store:
         output trees, which the loading process supplies (checked mode: its
         trace's; their node data need not pickle).  ``flat_inputs``: the input
         tree is kept as a flat tuple of as many leaves (the front end feeds the
-        executable its flat inputs itself).  Never raises: a store that cannot
-        take it is left as it is."""
+        executable its flat inputs itself).  ``warned``: the warnings its
+        compile issued (warm/warned.py's ``recording``), which a load issues
+        again.  Never raises: a store that cannot take it is left as it is."""
         if not self.writable:
             return
         try:
@@ -208,6 +217,8 @@ class Store:
             }
             if recipe is not None:
                 stored["recipe"] = recipe
+            if warned:
+                stored["warned"] = tuple(warned)
             payload = pickle.dumps(stored, protocol=pickle.HIGHEST_PROTOCOL)
         except Exception as error:
             # Host callbacks (jax.debug.print, io_callback) hold Python

@@ -134,7 +134,9 @@ def test_a_trace_that_changes_program_state_is_not_stored(store):
     assert "assigns the nonlocal variable traces" in reason
 
 
-def test_donate_warn_is_not_stored_and_warns_as_equinox_does(store):
+def test_donate_warn_is_stored_and_a_load_warns_as_equinox_does(store):
+    # donate="warn" asks for jax's compile-time warning about donated buffers
+    # it cannot use: the compile's warning is written, and a load gives it.
     def f(x, y):
         return x + jnp.sum(y)
 
@@ -142,7 +144,6 @@ def test_donate_warn_is_not_stored_and_warns_as_equinox_does(store):
         eqx.clear_caches()
         g = fastdispatch.filter_jit(f, donate="warn")
         with pytest.warns(UserWarning, match="Some donated buffers were not usable"):
-            g(jnp.array(1.0), jnp.ones((10,)))
+            assert g(jnp.array(1.0), jnp.ones((10,))) == 11.0
     stats = fastdispatch.warm_start_stats()
-    assert stats["written"] == stats["loaded"] == 0
-    assert 'donates with donate="warn' in stats["not_stored"][f.__qualname__]
+    assert stats["written"] == stats["loaded"] == 1

@@ -8,6 +8,7 @@ import functools
 import os
 import sys
 import threading
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -171,6 +172,77 @@ def test_warm_start_in_one_process(tmp_path, capsys):
     finally:
         fastdispatch.warm_start(None)
     assert fastdispatch.warm_start_stats() is None
+
+
+def donation_warnings(caught):
+    return [
+        (w.category, str(w.message), w.filename, w.lineno)
+        for w in caught
+        if "donated buffers were not usable" in str(w.message)
+    ]
+
+
+def test_a_load_warns_what_the_compile_warned(tmp_path):
+    # Stock jax with its persistent cache lowers on every run, and warns; a
+    # load skips lowering, and issues the compile's warnings itself.
+    jitted = fastdispatch.jit(lambda x: x.sum(), donate_argnums=0)  # x cannot hold a scalar
+    fastdispatch.warm_start(tmp_path, preload=False)
+    try:
+        with warnings.catch_warnings(record=True) as compiled:
+            warnings.simplefilter("always")
+            jitted(jnp.ones(3))
+        jitted.clear_cache()  # ours and jax's: the next call loads
+        with warnings.catch_warnings(record=True) as loaded:
+            warnings.simplefilter("always")
+            assert jitted(jnp.ones(3)) == 3.0
+        assert fastdispatch.warm_start_stats()["loaded"] == 1
+        assert donation_warnings(loaded) == donation_warnings(compiled)
+        assert len(donation_warnings(loaded)) == 1
+        # Through the program's filters, as jax's own: raised where they say
+        # so, and no entry is left behind; the next call loads again.
+        jitted.clear_cache()
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            with pytest.raises(UserWarning, match="donated buffers were not usable"):
+                jitted(jnp.ones(3))
+            assert jitted._cache_size() == 0
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            assert jitted(jnp.ones(3)) == 3.0
+        assert fastdispatch.warm_start_stats()["loaded"] == 3
+    finally:
+        fastdispatch.warm_start(None)
+
+
+def test_warnings_are_recorded_by_thread_and_issued_as_from_their_place():
+    from fastdispatch.warm import warned
+
+    def warn_elsewhere():
+        warnings.warn("another thread's", RuntimeWarning, stacklevel=1)
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with warned.recording([]) as recorded:
+            warnings.warn("this thread's", DeprecationWarning, stacklevel=1)
+            thread = threading.Thread(target=warn_elsewhere)
+            thread.start()
+            thread.join()
+        shown = [(str(w.message), w.category) for w in caught]
+        assert shown == [("this thread's", DeprecationWarning), ("another thread's", RuntimeWarning)]
+        ((module, name, text, issuer, filename, lineno),) = recorded  # plain data
+        assert (module, name, text, issuer) == ("builtins", "DeprecationWarning", "this thread's", __name__)
+        assert filename == __file__ and warnings.showwarning is not warned._record
+        del caught[:]
+        warned.issue(recorded)
+        (again,) = caught
+        assert (str(again.message), again.category) == (text, DeprecationWarning)
+        assert (again.filename, again.lineno) == (filename, lineno)
+    # Once per place, as the module's own registry says: shown once.
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("default")
+        warned.issue(recorded)
+        warned.issue(recorded)
+    assert len(caught) == 1
 
 
 def test_a_reused_trace_is_not_written(tmp_path):
