@@ -17,11 +17,16 @@ cdef class Inputs:
     cdef tuple scalar_buffers          # per kept input: {value bits: device array} (SCALAR), or None
     cdef bint reuse_scalar_buffers     # False when the function donates arguments
     cdef readonly bint new_scalars_to_jax  # a scalar value not seen before: jax.jit converts it faster
+    cdef readonly bint host_to_jax     # numpy values: jax.jit converts them faster (see make_executable)
+    cdef Py_ssize_t calls_before_jax   # calls left before the two above are set; -1: never
+    cdef bint later_scalars_to_jax     # new_scalars_to_jax, once calls_before_jax runs out
+    cdef bint later_host_to_jax        # host_to_jax, likewise
     cdef list last_scalars             # per kept input: the last value's bits met (SCALAR), or None
 
     # The executable's input buffers (a new list) for a call's flat leaves
     # (a list or a tuple), or a HandOff when the library must run the call
-    # (a host value that does not convert, a new scalar value jax converts faster).
+    # (a host value that does not convert, host data or a new scalar value
+    # jax converts faster).
     cdef object prepare(self, object leaves)
     # For new_scalars_to_jax: some scalar leaf holds a value neither kept on
     # device nor the previous call's: jax.jit should take the call.
@@ -52,12 +57,20 @@ cdef class Executable:
     cdef object _execute_with_tokens(self, object buffers)
 
 
+# When an entry leaves host data and new scalar values to jax.jit's C++ path,
+# which converts them faster than this layer (make_executable's calls_before_jax).
+cdef enum:
+    # Never: a front end whose hand-off is its library's Python call
+    # (equinox's, flax's) converts them here.
+    NEVER_TO_JAX = -1
+    # From the first call: jax.jit compiled the call; small entries leave them to it.
+    TO_JAX_NOW = 0
+    # A positive count: this layer converts them for that many calls first (a
+    # warm-start load: jax.jit has not compiled the call in this process, and
+    # only a long loop repays the compile its first hand-off costs).
+
 # An Executable for `compiled`, compiled for `signature` on the call whose
 # flat leaves are `leaves`; raises NotFast (fastdispatch._reasons) with why
 # the library must run it instead.
-# hand_off_to_jax: the caller hands the calls it does not run to jax.jit's C++
-# path, which converts host values faster than this layer: small entries leave
-# host data and new scalar values to it.  A front end whose hand-off is a
-# library's Python call (equinox's, flax's) converts them here.
 cdef Executable make_executable(object compiled, CallSignature signature, list leaves,
-                                bint donates, bint hand_off_to_jax)
+                                bint donates, Py_ssize_t calls_before_jax)

@@ -138,6 +138,8 @@ cdef HandOff _NO_CONVERSION = HandOff(_reasons.SCALAR_CONVERSION)
 # A Python scalar value not seen before, on an entry too small to gain from
 # converting it here: jax.jit converts it faster.
 cdef HandOff _NEW_SCALAR = HandOff(_reasons.NEW_SCALAR)
+# Numpy values, likewise (an entry that converted them for its first calls).
+cdef HandOff _HOST_TO_JAX = HandOff(_HOST_DATA)
 
 
 # An input array deleted (``.delete()``, or donated to an earlier call): the
@@ -206,6 +208,8 @@ cdef class Inputs:
         cdef Py_ssize_t j
         cdef LeafKind kind
         cdef bint reuse = False
+        if self.host_to_jax:
+            return _HOST_TO_JAX
         if self.has_scalars:
             # A device array made earlier is reused only where no transfer
             # guard is set: under one, each call's transfer must meet it.
@@ -228,6 +232,11 @@ cdef class Inputs:
                     return _NO_CONVERSION
             Py_INCREF(leaf)
             PyList_SET_ITEM(buffers, j, leaf)
+        if self.calls_before_jax > 0:
+            self.calls_before_jax -= 1
+            if self.calls_before_jax == 0:   # this call was the last converted here
+                self.new_scalars_to_jax = self.later_scalars_to_jax
+                self.host_to_jax = self.later_host_to_jax
         return buffers
 
     cdef bint new_scalar_in(self, PyObject** leaves):
@@ -369,7 +378,7 @@ cdef inline bint _convertible_host_value(object leaf, object aval) except -1:
 
 
 cdef Executable make_executable(object compiled, CallSignature signature, list leaves,
-                                bint donates, bint hand_off_to_jax):
+                                bint donates, Py_ssize_t calls_before_jax):
     if compiled.in_tree.num_leaves != signature.num_leaves:
         # Never expected: our flattening of the arguments must be jax's.
         raise NotFast(_reasons.ARGUMENTS_FLATTEN_DIFFERENTLY)
@@ -406,7 +415,9 @@ cdef Executable make_executable(object compiled, CallSignature signature, list l
                 actual == expected or actual.is_equivalent_to(expected, leaf.ndim)):
             raise NotFast(_reasons.RESHARD)
     cdef Py_ssize_t num_other = n - num_host - num_scalars
-    if hand_off_to_jax and num_host and num_other < HOST_BREAK_EVEN_LEAVES * (num_host + num_cast):
+    cdef bint host_to_jax = num_host and num_other < HOST_BREAK_EVEN_LEAVES * (num_host + num_cast)
+    cdef bint scalars_to_jax = num_scalars and num_other < NEW_SCALAR_BREAK_EVEN_LEAVES * num_scalars
+    if calls_before_jax == TO_JAX_NOW and host_to_jax:
         raise NotFast(_HOST_DATA)
 
     cdef Inputs inputs = Inputs.__new__(Inputs)
@@ -430,8 +441,10 @@ cdef Executable make_executable(object compiled, CallSignature signature, list l
         _scalar_bits(leaves[inputs.input_leaf[j]])
         if inputs.input_kind[j] == LEAF_SCALAR else None for j in range(n)]
     inputs.reuse_scalar_buffers = not donates
-    inputs.new_scalars_to_jax = hand_off_to_jax and (
-        num_scalars > 0 and num_other < NEW_SCALAR_BREAK_EVEN_LEAVES * num_scalars)
+    inputs.new_scalars_to_jax = calls_before_jax == TO_JAX_NOW and scalars_to_jax
+    inputs.host_to_jax = False
+    inputs.later_scalars_to_jax, inputs.later_host_to_jax = scalars_to_jax, host_to_jax
+    inputs.calls_before_jax = calls_before_jax if host_to_jax or scalars_to_jax else NEVER_TO_JAX
 
     cdef Executable executable = Executable.__new__(Executable)
     executable.inputs = inputs

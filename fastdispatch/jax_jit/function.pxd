@@ -69,5 +69,5 @@ cdef class CompiledFunction(Engine):
     cdef object _flatten(self, Call* call, tuple context, CallTimes* times)
     cdef tuple _split_static(self, tuple args, dict kwargs)
     cdef tuple _from_compiled(self, CacheEntry entry, list leaves, object compiled,
-                              bint hand_off_to_jax)
+                              Py_ssize_t calls_before_jax)
     cdef object _warm_save(self, CacheEntry entry, object compiled, object traced, str reason)

@@ -33,7 +33,7 @@ from fastdispatch.core.cache cimport CacheEntry, CompiledFunctionCache
 from fastdispatch.core.engine cimport (
     Call, CallTimes, Engine, PreviousCall, trace_context, trace_sink, jax_state_hand_off,
     warm_store)
-from fastdispatch.core.execute cimport Executable, make_executable
+from fastdispatch.core.execute cimport TO_JAX_NOW, Executable, make_executable
 from fastdispatch.core.keys cimport same_items
 from fastdispatch.core.outputs cimport output_tree
 from fastdispatch.core.pytree cimport TreeDef, flatten_into
@@ -58,6 +58,15 @@ cdef str _NEW_SCALAR = _reasons.NEW_SCALAR
 cdef str _JAX_JIT = "jax.jit"
 cdef str _NOT_MADE_BY_JIT = ("CompiledFunction was created without __init__: "
                              "make one with fastdispatch.jit(fun)")
+
+# The calls whose numpy values and new Python scalars an entry loaded by warm
+# start converts itself, before it leaves them to jax.jit as a compiled entry
+# does (make_executable's calls_before_jax).  jax.jit then traces and compiles
+# the call once (from jax's persistent cache underneath: what stock pays on
+# its first call, some 10 to 100 ms) and converts them in C++, a few us a
+# leaf faster: worth it only to a longer loop, which this many calls tell
+# (a flax TrainState step over numpy batches: ~5 ms converted here first).
+LOADED_CALLS_BEFORE_JAX = 256
 
 # Post hooks: the global one, and a count of threads that set their own so
 # that a call looks at thread-local storage only when one might be there.
@@ -283,7 +292,11 @@ cdef inline str _hand_off_reason(PreviousJitCall previous, Call* call):
     if previous.hand_off_guarded:
         return _HOST_DATA
     cdef Executable executable = previous.entry.executable
-    if executable is None or not executable.inputs.new_scalars_to_jax:
+    if executable is None:
+        return None
+    if executable.inputs.host_to_jax:
+        return _HOST_DATA
+    if not executable.inputs.new_scalars_to_jax:
         return None
     # Every hand-off asks: read the leaves in place where they are the
     # positional arguments, gathered only where keywords or statics interleave.
@@ -512,7 +525,7 @@ cdef class CompiledFunction(Engine):
         compiled = traced.lower().compile()
         cdef tuple built
         try:
-            built = self._from_compiled(entry, leaves, compiled, True)
+            built = self._from_compiled(entry, leaves, compiled, TO_JAX_NOW)
         except NotFast as refusal:
             self._warm_save(entry, compiled, traced, refusal.reason)
             raise
@@ -548,23 +561,26 @@ cdef class CompiledFunction(Engine):
 
     cdef tuple build_loaded(self, Call* call, CacheEntry entry, list leaves, object loaded):
         """The entry of an executable loaded from the warm-start store.  It
-        converts host values itself: handing them to jax.jit, whose caches
-        are empty in this process, would trace and compile after all.  One
-        stored with a recipe has its output tree rebuilt from this call's
-        arguments (their trees' node data did not pickle)."""
+        converts host values itself for its first LOADED_CALLS_BEFORE_JAX
+        calls: handing them to jax.jit, whose caches are empty in this
+        process, would trace and compile after all; then, as a compiled
+        entry, it leaves those jax.jit converts faster to it.  One stored
+        with a recipe has its output tree rebuilt from this call's arguments
+        (their trees' node data did not pickle)."""
         if type(loaded) is not tuple:
-            return self._from_compiled(entry, leaves, loaded, False)
+            return self._from_compiled(entry, leaves, loaded, LOADED_CALLS_BEFORE_JAX)
         compiled, recipe = loaded
         out_tree = warm_store().jit_out_tree(recipe, entry.signature)
-        return (make_executable(compiled, entry.signature, leaves, self._donates, False),
+        return (make_executable(compiled, entry.signature, leaves, self._donates,
+                                LOADED_CALLS_BEFORE_JAX),
                 output_tree(out_tree))
 
     cdef tuple _from_compiled(self, CacheEntry entry, list leaves, object compiled,
-                              bint hand_off_to_jax):
+                              Py_ssize_t calls_before_jax):
         """(Executable, Outputs) of a jax.stages.Compiled: jax.jit's just now,
         or one loaded from the warm-start store (see make_executable)."""
         return (make_executable(compiled, entry.signature, leaves, self._donates,
-                                hand_off_to_jax),
+                                calls_before_jax),
                 output_tree(compiled.out_tree))
 
     cdef void remember(self, Call* call, CacheEntry entry, CallSignature signature):

@@ -245,6 +245,34 @@ def test_warnings_are_recorded_by_thread_and_issued_as_from_their_place():
     assert len(caught) == 1
 
 
+def test_a_loaded_entry_leaves_numpy_arguments_to_jax_jit_after_its_first_calls(tmp_path, sink):
+    # jax.jit converts numpy arguments faster than the fast path, so a
+    # compiled entry of a small call leaves them to it.  A loaded one converts
+    # them itself at first (handing a call to jax.jit would trace and compile
+    # it); a loop longer than that repays jax.jit's one compile.
+    from fastdispatch.jax_jit import function as jit_function
+
+    def step(w, x):
+        return w - 0.1 * (x @ w)
+
+    jitted = fastdispatch.jit(step)
+    w, x = jnp.ones((3, 3)), np.ones((3, 3))  # float64: cast as jax.jit casts it
+    first = jit_function.LOADED_CALLS_BEFORE_JAX
+    fastdispatch.warm_start(tmp_path, preload=False)
+    try:
+        jitted(w, x)
+        jitted.clear_cache()  # ours and jax's: the next call loads
+        del sink.calls[:]
+        outs = [jitted(w, x) for _ in range(first + 3)]
+        assert fastdispatch.warm_start_stats()["loaded"] == 1
+    finally:
+        fastdispatch.warm_start(None)
+    outcomes = ["hit" if call.hit else call.fallback for call in sink.calls]
+    assert outcomes == ["hit"] * first + ["numpy arguments"] * 3
+    for out in outs:
+        np.testing.assert_array_equal(out, step(w, jnp.asarray(x, jnp.float32)))
+
+
 def test_a_reused_trace_is_not_written(tmp_path):
     def f(x):
         return x * 2
