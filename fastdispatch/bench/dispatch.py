@@ -505,10 +505,92 @@ def _trainstate(kind: str, batch: str) -> Workload:
     )
 
 
+# --- flax NNX state in a TrainState, as flax's nnx toy example 03 holds it ---------
+
+
+@functools.cache
+def _nnx_trainstate_classes():
+    """A TrainState whose fields hold an NNX module's split: its GraphDef (a
+    static node: aux data compared on every call) and a State of the module's
+    call counter; the counter's Variable type; the module."""
+    from flax import nnx, struct
+    from flax.training import train_state
+
+    class NnxTrainState(train_state.TrainState):
+        graphdef: object = struct.field(pytree_node=False)
+        counts: nnx.State = None
+
+    class Count(nnx.Variable):
+        pass
+
+    class MLP(nnx.Module):
+        def __init__(self, rngs):
+            self.calls = Count(jnp.array(0))
+            self.hidden = nnx.Linear(1, 32, rngs=rngs)
+            self.out = nnx.Linear(32, 1, rngs=rngs)
+
+        def __call__(self, x):
+            self.calls[...] += 1
+            return self.out(jax.nn.relu(self.hidden(x)))
+
+    return NnxTrainState, Count, MLP
+
+
+def nnx_trainstate_step(state, x, y):
+    from flax import nnx
+
+    _, count, _ = _nnx_trainstate_classes()
+
+    def loss_fn(params):
+        model = nnx.merge(state.graphdef, params, state.counts, copy=True)
+        loss = jnp.mean((model(x) - y) ** 2)
+        return loss, nnx.state(model, count)
+
+    grads, counts = jax.grad(loss_fn, has_aux=True)(state.params)
+    return state.apply_gradients(grads=grads, counts=counts)
+
+
+@functools.cache
+def _nnx_trainstate_parts():
+    """The model's split and the optax transformation, made once: a new
+    GraphDef or transformation is a new static field of the state, and a compile."""
+    import optax
+    from flax import nnx
+
+    _, count, mlp = _nnx_trainstate_classes()
+    return (*nnx.split(mlp(nnx.Rngs(0)), nnx.Param, count), optax.sgd(0.1))
+
+
+def _nnx_trainstate_args():
+    train_state = _nnx_trainstate_classes()[0]
+    graphdef, params, counts, tx = _nnx_trainstate_parts()
+    state = train_state.create(apply_fn=None, graphdef=graphdef, params=params, counts=counts, tx=tx)
+    x = jnp.linspace(0.0, 1.0, 32, dtype=jnp.float32)[:, None]
+    return (state, x, 0.8 * x**2 + 0.1), {}
+
+
+def state_fed_back(fn, args, kwargs, n):
+    state, x, y = args
+    for _ in range(n):
+        state = out = fn(state, x, y)
+    return (state, x, y), out
+
+
 TRAINSTATE = [
     _trainstate("f32", "f32[16,32] + int32[16]"),
     _trainstate("f64", "f64[16,32] + int64[16]"),
     _trainstate("u8", "uint8[16,4,8] (cast inside) + int64[16]"),
+    Workload(
+        "trainstate_nnx",
+        "TrainState holding an NNX split (GraphDef, params, counters)",
+        nnx_trainstate_step,
+        _nnx_trainstate_args,
+        loop=state_fed_back,
+        needs=("flax", "optax"),
+        skip={EQUINOX: "filter_jit makes TrainState.create's step=0 static: its step stays an int"},
+        note="flax's nnx toy example 03: nnx.split(model, nnx.Param, Count) in a TrainState "
+        "(graphdef a static field), merged in the step, state fed back; x, y on the device",
+    ),
 ]
 
 
