@@ -43,6 +43,9 @@ from fastdispatch.core.outputs cimport Outputs
 from fastdispatch.core.pytree cimport TreeDef
 from fastdispatch.core.signature cimport (
     CallSignature, LeafKind, LEAF_HOST, LEAF_OTHER, LEAF_TRACER, UNHASHABLE_STATIC, make_signature)
+
+from contextlib import nullcontext
+
 from fastdispatch import _jax
 from fastdispatch import _reasons
 from fastdispatch._reasons import NotFast
@@ -334,16 +337,14 @@ cdef class Engine:
         """A miss, on the one thread that compiles this signature: the library
         runs the call (tracing, compiling, converting, donating, warning and
         failing as it does), then ``build`` takes its executable (from jax's
-        caches: ~0.2 ms).  One warm start may write records what it warns."""
+        caches: ~0.2 ms).  A compile warm start may write is written with
+        the warnings it issued (WarmStart.recording_warnings)."""
         reached(times, AT_FOUND, "compile")   # the library's own spans nest inside
         cdef long long began = now_ns()
         store = None if entry.warm_key is None else warm_store()
         try:
-            if store is None:
+            with nullcontext() if store is None else store.recording_warnings():
                 out = self.library_call(call)
-            else:
-                with store.recording_warnings():
-                    out = self.library_call(call)
         except BaseException as error:
             self.executables.fail(entry, error)
             ended(call, times, False, now_ns() - began, _reasons.COMPILE_ERROR, entry.signature)
