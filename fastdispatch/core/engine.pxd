@@ -1,5 +1,6 @@
 # The engine: one call's steps between a front end and the cache, written once.
 from cpython.object cimport PyObject
+from cpython.ref cimport Py_INCREF, Py_XDECREF
 from fastdispatch.core.cache cimport CacheEntry, FunctionCache
 from fastdispatch.core.pytree cimport TreeDef
 from fastdispatch.core.signature cimport CallSignature
@@ -37,7 +38,6 @@ cdef struct CallTimes:
     long long end          # the output is ready
     int watch              # who watches this call: WATCH_CLOCK | WATCH_SPANS, read once, at its start
     PyObject* span         # WATCH_SPANS: the open phase's TraceMe span (owned), or NULL
-    PyObject* hand_off     # a watched hand-off's (reason, signature) for `ended` (owned), or NULL
 
 # CallTimes.watch: --trace takes the stamps; jax.profiler gets the spans.
 cdef enum:
@@ -90,6 +90,48 @@ cdef tuple trace_context()
 cdef object warm_store()
 
 
+# What a call's steps found, filled as they go: the front end's ``parse``
+# (its leaves and static part, or an entry its own guard proved), then the
+# engine's ``find`` (the entry, or the output of a miss's library call), then
+# ``execute`` (the output).  Owned references, or NULL; ``Engine.call``
+# releases them.
+cdef struct Found:
+    PyObject* treedef      # parse: the structure of the traced arguments
+    PyObject* leaves       # parse: the executable's inputs (a list or a tuple)
+    PyObject* static_args  # parse: (label, type, value) triples, in key order
+    PyObject* context      # parse: jax's trace context
+    PyObject* arg_names    # parse: the leaves' argument names, for reports
+    PyObject* front        # parse: how reports name the leaves (or NULL)
+    PyObject* entry        # the CacheEntry that runs the call
+    PyObject* finish       # its Outputs where they are not entry.finish (nnx's Record)
+    PyObject* signature    # the signature a hand-off is reported with, where not entry's
+    PyObject* out          # the call's output, once the library or the executable returned it
+
+# Set a Found field to `value` (owned; the old one released).
+cdef inline void keep(PyObject** field, object value) noexcept:
+    Py_INCREF(value)
+    Py_XDECREF(field[0])
+    field[0] = <PyObject*>value
+
+# What the front end's parse found: the call's traced arguments, for `find`.
+cdef inline void found_arguments(Found* found, object treedef, object leaves, tuple static_args,
+                                 tuple context, tuple arg_names, object front) noexcept:
+    keep(&found.treedef, treedef)
+    keep(&found.leaves, leaves)
+    keep(&found.static_args, static_args)
+    keep(&found.context, context)
+    keep(&found.arg_names, arg_names)
+    keep(&found.front, front)
+
+# What a front end's own guard proved: `entry` runs the call on `leaves`,
+# its outputs rebuilt by `finish` (None: the entry's).
+cdef inline void found_entry(Found* found, object entry, object leaves, object finish) noexcept:
+    keep(&found.entry, entry)
+    keep(&found.leaves, leaves)
+    if finish is not None:
+        keep(&found.finish, finish)
+
+
 cdef class PreviousCall:
     cdef CacheEntry entry                  # the entry that served it
     cdef CallSignature signature           # its own signature: the objects it held
@@ -101,22 +143,18 @@ cdef class Engine:
     cdef str library                       # the span of a call the library runs: "jax.jit"...
     cdef PreviousCall previous             # the guard's guess: the previous call
 
-    # The steps, in the order a call takes them.
+    # The steps, in the order a call takes them (each returns why the library
+    # runs the call, or None).
     cdef object call(self, Call* call)
-    cdef object _call_in_spans(self, Call* call, CallTimes* times)
-    cdef object _run_hand_off(self, Call* call, CallTimes* times)
-    cdef object lookup(self, Call* call, TreeDef treedef, list leaves, tuple static_args,
-                       tuple context, tuple arg_names, object front, CallTimes* times)
-    cdef object run(self, Call* call, CacheEntry entry, object finish, object leaves,
-                    CallTimes* times)
-    cdef object compile(self, Call* call, CacheEntry entry, list leaves, CallTimes* times)
-    cdef object warm(self, Call* call, CacheEntry entry, list leaves, CallTimes* times, object store)
-    cdef object hand_off(self, Call* call, str reason, CallTimes* times, CallSignature signature)
+    cdef str find(self, Call* call, Found* found, CallTimes* times)
+    cdef str compile(self, Call* call, Found* found, CacheEntry entry, CallTimes* times)
+    cdef str warm(self, Call* call, Found* found, CacheEntry entry, CallTimes* times, object store)
+    cdef str execute(self, Call* call, Found* found, CallTimes* times)
     cdef int complete(self, Call* call, CacheEntry entry, list leaves, object out,
                       double seconds) except -1
 
     # The front end's hooks.
-    cdef object dispatch(self, Call* call, CallTimes* times)
+    cdef str parse(self, Call* call, Found* found, CallTimes* times)
     cdef object library_call(self, Call* call)
     cdef tuple build(self, Call* call, CacheEntry entry, list leaves, object out)
     cdef object warm_key(self, Call* call, CallSignature signature, object store)

@@ -1,40 +1,40 @@
 # cython: boundscheck=False, wraparound=False
 """The engine: the steps between a front end and the cache, written once.
 
-Every front end (``jit``, ``filter_jit``, ``nnx.jit``) is an Engine.  A call
-takes these steps, in this order:
+Every front end (``jit``, ``filter_jit``, ``nnx.jit``) is an Engine.  One call
+is ``Engine.call``, which reads as jaxlib's pjit.cc reads its own Call:
 
-  call       the watchers (--trace's clock, jax.profiler's spans) are read
-             once, and the call's span opens
-  dispatch   the front end's own: jax's state (a transformation tracing,
-             jax_debug_nans on: hand off), its guard, the call's leaves and
-             static parts (flatten, bind, split the graph)
-  lookup     the guard against the previous call's own signature, else a
-             CallSignature looked up in the function's cache
-  warm       a miss with warm start on (fastdispatch.warm): the front end's
-             store key (``warm_key``); an executable stored under it is
-             loaded, made the entry (``build_loaded``) and run
-  compile    a miss: one thread runs the call the front end's library's way
-             (``library_call``: jax.jit, equinox's filter_jit, flax's nnx.jit) and
-             takes its executable (``build``); other threads wait on the entry
-  run        a hit: the entry's Executable on the leaves, the outputs rebuilt
-             by the entry's Outputs; the post hook (``returned``)
-  hand_off   whatever the fast path does not run, the library's own call runs,
-             with the reason recorded (reasons: fastdispatch._reasons); it
-             runs in ``call``, below the other steps' frames, so that an
-             error it raises crosses few of ours
+  parse      the front end's: jax's state (a transformation tracing,
+             jax_debug_nans on), its guard, the call's leaves and static
+             parts (flatten, bind, split the graph); or the entry its own
+             guard proved
+  find       the guard against the previous call's own signature, else a
+             CallSignature looked up in the function's cache; a miss
+             compiles (``compile``: the library's own call, ``library_call``,
+             then ``build`` takes its executable) or, with warm start on,
+             loads (``warm``: the front end's ``warm_key`` and
+             ``build_loaded``); a call another thread compiles waits
+  execute    the entry's Executable on the leaves, the outputs rebuilt by
+             the entry's Outputs
+  hand-off   whatever the fast path does not run, the library's own call
+             runs, with the reason recorded (reasons: fastdispatch._reasons);
+             once, at the bottom of ``call``, so that an error it raises
+             crosses few of our frames
+  returned   the front end's post hook, after every call
 
-A front end is one Engine subclass that supplies its hooks: ``dispatch``,
-``library_call``, ``build`` and, where it guards more than the signature,
-``remember``, ``guard_passed`` and ``handed_off``;
+Each step returns why the library should run the call, or None, and fills
+the call's ``Found`` (core/engine.pxd).  A front end is one Engine subclass
+that supplies ``parse``, ``library_call`` and ``build`` and, where it guards
+more than the signature, ``remember``, ``guard_passed`` and ``handed_off``;
 ``returned`` for a post hook; ``warm_key`` and ``build_loaded`` where its
 executables can be stored (jit's, filter_jit's).  nnx.jit's miss is flax's
-call, whose split makes the leaves: its ``dispatch`` runs it, keys the store
+call, whose split makes the leaves: its ``parse`` runs it, keys the store
 from that split (in fastdispatch.nnx), then finds or inserts the entry and
 completes it through ``complete`` and its ``build``, as ``compile`` does.
 """
 from cpython.object cimport PyObject
 from cpython.ref cimport Py_INCREF, Py_XDECREF
+from libc.string cimport memset
 
 from fastdispatch.core.cache cimport CacheEntry
 from fastdispatch.core.clock cimport now_ns
@@ -79,10 +79,6 @@ cdef object _end_span = _jax.TRACE_ME.__exit__
 # The warm-start store while warm start is on, else None: read on a miss
 # only, so a hit never looks at it (fastdispatch.warm).
 cdef object _warm_store = None
-
-# What ``hand_off`` returns up the stack: ``call`` then hands the call off.
-cdef object _HAND_OFF = object()
-
 
 def set_warm_store(store):
     """Look for, and keep, executables in ``store`` (a fastdispatch.warm.WarmStart);
@@ -209,7 +205,7 @@ cdef int _end_phase(CallTimes* times) except -1:
 cdef inline void _start_watch(CallTimes* times):
     times.start = times.flattened = times.keyed = times.found = 0
     times.launched = times.end = 0
-    times.span = times.hand_off = NULL
+    times.span = NULL
     times.watch = WATCH_CLOCK if _trace_sink is not None else 0
     if _profiling():
         times.watch |= WATCH_SPANS
@@ -222,60 +218,81 @@ cdef class PreviousCall:
     never pairs one call's entry with another's signature."""
 
 
+cdef inline void _release(Found* found) noexcept:
+    Py_XDECREF(found.treedef)
+    Py_XDECREF(found.leaves)
+    Py_XDECREF(found.static_args)
+    Py_XDECREF(found.context)
+    Py_XDECREF(found.arg_names)
+    Py_XDECREF(found.front)
+    Py_XDECREF(found.entry)
+    Py_XDECREF(found.finish)
+    Py_XDECREF(found.signature)
+    Py_XDECREF(found.out)
+
+
+cdef CallSignature _reported_signature(Found* found):
+    """The signature a hand-off is reported with: the one the steps made or
+    the front end named, else its entry's, else None."""
+    if found.signature != NULL:
+        return <CallSignature>found.signature
+    if found.entry != NULL:
+        return (<CacheEntry>found.entry).signature
+    return None
+
+
 cdef class Engine:
     """One function's fast path: the steps of a call, with a front end's hooks."""
 
     cdef object call(self, Call* call):
-        """Every call: which watchers are on, then the front end's dispatch;
-        a hand-off (``hand_off``) runs the library here, at the bottom of the
-        stack, so that an error it raises crosses three of our frames, not eight
-        (each adds a traceback entry: ~0.2 us)."""
+        """One call: parse, find (a miss compiles), execute; else the one
+        hand-off; then the post hook."""
         cdef CallTimes times
+        cdef Found found
+        memset(&found, 0, sizeof(Found))
         _start_watch(&times)
+        span = None
         if times.watch & WATCH_SPANS:
-            return self._call_in_spans(call, &times)
-        if times.watch:
+            span = _TraceMe(self.span_name)
+            stamp(&times, AT_START, "flatten", None)
+        elif times.watch:
             times.start = now_ns()
-        out = self.dispatch(call, &times)
-        if out is not _HAND_OFF:
-            return out
-        if times.watch:
-            return self._run_hand_off(call, &times)
-        return self.returned(call, self.library_call(call))
-
-    cdef object _call_in_spans(self, Call* call, CallTimes* times):
-        """``call`` under jax.profiler: the call's span, and its phases' inside."""
-        span = _TraceMe(self.span_name)
-        stamp(times, AT_START, "flatten", None)
         try:
-            out = self.dispatch(call, times)
-            if out is _HAND_OFF:
-                return self._run_hand_off(call, times)
-            return out
+            reason = self.parse(call, &found, &times)
+            if reason is None and found.entry == NULL and found.out == NULL:
+                reason = self.find(call, &found, &times)
+            if reason is None and found.out == NULL:
+                reason = self.execute(call, &found, &times)
+            if reason is None:
+                out = <object>found.out
+            elif not times.watch:
+                out = self.library_call(call)
+            else:
+                # The library's own spans nest inside this one.
+                reached(&times, AT_FOUND, self.library, reason)
+                try:
+                    out = self.library_call(call)
+                finally:
+                    # Recorded also when the library raises: the report counts the hand-off.
+                    ended(call, &times, False, 0, reason, _reported_signature(&found))
         finally:
-            try:
-                _end_phase(times)   # still open when the call raised
-            finally:
-                _end_span(span, None, None, None)
-
-    cdef object _run_hand_off(self, Call* call, CallTimes* times):
-        """The library runs a call ``hand_off`` handed to it, watched."""
-        cdef tuple recorded = <tuple>times.hand_off   # a new reference
-        Py_XDECREF(times.hand_off)                     # the one times held
-        times.hand_off = NULL
-        try:
-            out = self.library_call(call)
-        finally:
-            # Recorded also when the library raises: the report counts the hand-off.
-            ended(call, times, False, 0, recorded[0], recorded[1])
+            _release(&found)
+            if span is not None:
+                try:
+                    _end_phase(&times)   # still open when the call raised
+                finally:
+                    _end_span(span, None, None, None)
         return self.returned(call, out)
 
-    cdef object lookup(self, Call* call, TreeDef treedef, list leaves, tuple static_args,
-                       tuple context, tuple arg_names, object front, CallTimes* times):
-        """The call's leaves and static parts are known: its entry, by the
-        guard or the cache; a miss compiles, a call another thread compiles
+    cdef str find(self, Call* call, Found* found, CallTimes* times):
+        """The entry of the call's leaves and static parts: by the guard, or
+        the cache; a miss compiles (or loads), a call another thread compiles
         waits for it."""
         reached(times, AT_FLATTENED, "signature")
+        cdef TreeDef treedef = <TreeDef>found.treedef
+        cdef list leaves = <list>found.leaves
+        cdef tuple static_args = <tuple>found.static_args
+        cdef tuple context = <tuple>found.context
         # The guard compares with the previous call's own objects, not the
         # entry's: a training loop feeds back outputs whose avals differ (by
         # identity) from those of the arrays it was first called with.
@@ -283,16 +300,19 @@ cdef class Engine:
         if (previous is not None and not previous.entry.evicted
                 and previous.signature.matches_call(treedef, leaves, static_args, context)):
             self.guard_passed(call, previous, leaves)
-            return self.run(call, previous.entry, previous.entry.finish, leaves, times)
+            keep(&found.entry, previous.entry)
+            return None
 
         cdef LeafKind refused = LEAF_HOST
         cdef CallSignature signature = make_signature(
-            treedef, leaves, static_args, context, arg_names, &refused, front)
+            treedef, leaves, static_args, context, <tuple>found.arg_names, &refused,
+            None if found.front == NULL else <object>found.front)
         if signature is None:
             # An unhashable static argument, a tracer, a leaf jax refuses: the
             # library runs the call (and raises its error).
             self.handed_off(call, None, _REFUSALS[refused])
-            return self.hand_off(call, _REFUSALS[refused], times, None)
+            return _REFUSALS[refused]
+        keep(&found.signature, signature)
         reached(times, AT_KEYED, "lookup")
         cdef CacheEntry entry
         try:
@@ -300,40 +320,21 @@ cdef class Engine:
         except Exception:
             # A static argument's __eq__ raised: the library reports it its way.
             self.handed_off(call, None, _reasons.STATIC_ARGUMENT_ERROR)
-            return self.hand_off(call, _reasons.STATIC_ARGUMENT_ERROR, times, signature)
+            return _reasons.STATIC_ARGUMENT_ERROR
         if entry is None:
             reason = _slow_path_reason()
             if reason is not None:
-                return self.hand_off(call, reason, times, signature)
+                return reason
             entry = self.executables.insert(signature)
             if _warm_store is not None:
-                return self.warm(call, entry, leaves, times, _warm_store)
-            return self.compile(call, entry, leaves, times)
+                return self.warm(call, found, entry, times, _warm_store)
+            return self.compile(call, found, entry, times)
         entry.wait(<object>call.function)
         self.remember(call, entry, signature)
-        return self.run(call, entry, entry.finish, leaves, times)
+        keep(&found.entry, entry)
+        return None
 
-    cdef object run(self, Call* call, CacheEntry entry, object finish, object leaves,
-                    CallTimes* times):
-        """A hit: the entry's executable runs on the leaves, ``finish`` (an
-        Outputs) rebuilds the result; or the library runs an entry it must."""
-        self.executables.touch(entry)
-        if entry.executable is None:
-            # An entry the library runs (numpy arguments, effects): still a
-            # hit, found by the guard, so the hand-off costs as little as it can.
-            self.handed_off(call, entry, entry.hand_off_reason)
-            return self.hand_off(call, entry.hand_off_reason, times, entry.signature)
-        reached(times, AT_FOUND, "launch")
-        outputs = entry.executable.run(
-            leaves, &times.launched if times.watch & WATCH_CLOCK else NULL)
-        if type(outputs) is HandOff:
-            self.handed_off(call, entry, (<HandOff>outputs).reason)
-            return self.hand_off(call, (<HandOff>outputs).reason, times, entry.signature)
-        out = (<Outputs>finish).rebuild(outputs)
-        ended(call, times, True, 0, None, entry.signature)
-        return self.returned(call, out)
-
-    cdef object compile(self, Call* call, CacheEntry entry, list leaves, CallTimes* times):
+    cdef str compile(self, Call* call, Found* found, CacheEntry entry, CallTimes* times):
         """A miss, on the one thread that compiles this signature: the library
         runs the call (tracing, compiling, converting, donating, warning and
         failing as it does), then ``build`` takes its executable (from jax's
@@ -351,16 +352,18 @@ cdef class Engine:
             raise
         cdef long long compiled_at = now_ns()
         reached(times, AT_LAUNCHED, "build entry")
-        self.complete(call, entry, leaves, out, (compiled_at - began) / 1e9)
+        self.complete(call, entry, <list>found.leaves, out, (compiled_at - began) / 1e9)
         self.remember(call, entry, entry.signature)
         ended(call, times, False, compiled_at - began, entry.hand_off_reason, entry.signature)
-        return self.returned(call, out)
+        keep(&found.out, out)
+        return None
 
-    cdef object warm(self, Call* call, CacheEntry entry, list leaves, CallTimes* times,
-                     object store):
+    cdef str warm(self, Call* call, Found* found, CacheEntry entry, CallTimes* times,
+                  object store):
         """A miss with warm start on, before anything is traced: the executable
-        stored under the call's key becomes the entry and runs; without one
-        (or a key), ``compile``, whose ``build`` writes it under the key."""
+        stored under the call's key becomes the entry, for ``execute``;
+        without one (or a key), ``compile``, whose ``build`` writes it under
+        the key."""
         reached(times, AT_FOUND, "warm start")
         cdef long long began = now_ns()
         try:
@@ -372,33 +375,45 @@ cdef class Engine:
             self.executables.fail(entry, error)
             raise
         if key is None:
-            return self.compile(call, entry, leaves, times)
+            return self.compile(call, found, entry, times)
         if loaded is None:
             entry.warm_key = key
-            return self.compile(call, entry, leaves, times)
+            return self.compile(call, found, entry, times)
         try:
-            executable, finish = self.build_loaded(call, entry, leaves, loaded)
+            executable, finish = self.build_loaded(call, entry, <list>found.leaves, loaded)
         except Exception as error:
             # Not for this call after all (NotFast: a reshard, host data): the
             # library compiles it, and the stored file stays as it is.
             store.refuse(<object>call.function, _reasons.WARM_UNFIT,
                          f"has a stored executable that does not fit its call ({error})")
-            return self.compile(call, entry, leaves, times)
+            return self.compile(call, found, entry, times)
         self.executables.complete(entry, executable, finish, None, (now_ns() - began) / 1e9)
         self.remember(call, entry, entry.signature)
-        return self.run(call, entry, finish, leaves, times)
+        keep(&found.entry, entry)
+        return None
 
-    cdef object hand_off(self, Call* call, str reason, CallTimes* times,
-                         CallSignature signature):
-        """The one hand-off: the library runs the call as the caller made it.
-        Only recorded here; ``call`` runs it, once this returns (every caller
-        returns what this returns)."""
-        if times.watch:
-            reached(times, AT_FOUND, self.library, reason)   # the library's own spans nest inside
-            recorded = (reason, signature)
-            Py_INCREF(recorded)
-            times.hand_off = <PyObject*>recorded
-        return _HAND_OFF
+    cdef str execute(self, Call* call, Found* found, CallTimes* times):
+        """A hit: the entry's executable runs on the leaves, its Outputs (or
+        the front end's ``found.finish``) rebuild the result; or the reason the
+        library runs it (an entry it runs for numpy arguments or effects, a
+        HandOff from the executable)."""
+        cdef CacheEntry entry = <CacheEntry>found.entry
+        self.executables.touch(entry)
+        if entry.executable is None:
+            # An entry the library runs (numpy arguments, effects): still a
+            # hit, found by the guard, so the hand-off costs as little as it can.
+            self.handed_off(call, entry, entry.hand_off_reason)
+            return entry.hand_off_reason
+        reached(times, AT_FOUND, "launch")
+        outputs = entry.executable.run(
+            <object>found.leaves, &times.launched if times.watch & WATCH_CLOCK else NULL)
+        if type(outputs) is HandOff:
+            self.handed_off(call, entry, (<HandOff>outputs).reason)
+            return (<HandOff>outputs).reason
+        finish = entry.finish if found.finish == NULL else <object>found.finish
+        keep(&found.out, (<Outputs>finish).rebuild(outputs))
+        ended(call, times, True, 0, None, entry.signature)
+        return None
 
     cdef int complete(self, Call* call, CacheEntry entry, list leaves, object out,
                       double seconds) except -1:
@@ -421,8 +436,10 @@ cdef class Engine:
 
     # -- the front end's hooks ---------------------------------------------
 
-    cdef object dispatch(self, Call* call, CallTimes* times):
-        """The call's own steps up to lookup (or a hit, or a hand-off)."""
+    cdef str parse(self, Call* call, Found* found, CallTimes* times):
+        """The call's traced arguments (``found_arguments``), or the entry the
+        front end's own guard proved (``found_entry``), or the output of a call
+        its library just ran (``found.out``); or why the library runs it."""
         raise NotImplementedError
 
     cdef object library_call(self, Call* call):
@@ -436,7 +453,7 @@ cdef class Engine:
 
     cdef object warm_key(self, Call* call, CallSignature signature, object store):
         """The store key of this call (``store.key(...)``), or None: not stored
-        (nnx.jit's misses do not come here: its ``_miss`` keys flax's split)."""
+        (nnx.jit's misses do not come here: its ``parse`` keys flax's split)."""
         return None
 
     cdef tuple build_loaded(self, Call* call, CacheEntry entry, list leaves, object loaded):
@@ -458,8 +475,9 @@ cdef class Engine:
 
     cdef void handed_off(self, Call* call, CacheEntry entry, str reason):
         """The library takes a call on ``entry``, for ``reason``; ``entry`` is
-        None where the fast path refused the call before finding one (an
-        unhashable static argument, a leaf it does not key)."""
+        None where the fast path refused the call's arguments before finding
+        one (an unhashable static argument, a leaf it does not key).  Not
+        called for jax's state (``parse``'s reasons, disable_jit)."""
 
     cdef object returned(self, Call* call, object out):
         """The output, after the call's post hook (jit's)."""

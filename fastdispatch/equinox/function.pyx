@@ -41,8 +41,8 @@ from fastdispatch.core.execute cimport NEVER_TO_JAX, Executable, make_executable
 from fastdispatch.core.cache cimport CacheEntry, CompiledFunctionCache
 from fastdispatch.core.outputs cimport Outputs, our_treedef
 from fastdispatch.core.engine cimport (
-    Call, CallTimes, Engine, PreviousCall, python_call, trace_context, jax_state_hand_off,
-    warm_store)
+    Call, CallTimes, Engine, Found, PreviousCall, found_arguments, found_entry, python_call,
+    trace_context, jax_state_hand_off, warm_store)
 from fastdispatch.equinox.unchanged cimport Unchanged, record_unchanged
 from fastdispatch.core.cache import default_cache
 from fastdispatch.core.engine import library_function
@@ -551,25 +551,27 @@ cdef class FilterDispatcher(Engine):
         self.last_plan = plan
         return plan
 
-    cdef object dispatch(self, Call* call, CallTimes* times):
-        """Bind, flatten and partition as equinox does; then the engine."""
+    cdef str parse(self, Call* call, Found* found, CallTimes* times):
+        """Bind, flatten and partition as equinox does, for the engine's find;
+        or the entry of a SameCall."""
         cdef tuple args = <tuple>call.args
         cdef dict kwargs = <dict>call.kwargs
         cdef dict fields = PyObject_GenericGetDict(<object>call.function, NULL)
         reason = jax_state_hand_off()
         if reason is not None:   # first: a hand-off under a transformation needs no context
-            return self.hand_off(call, reason, times, None)
+            return reason
         context = trace_context()
         cdef BindPlan plan = self.plan_for(<object>PyDict_GetItem(fields, _SIGNATURE), args, kwargs)
         if plan.refused:
-            return self.hand_off(call, _ARGUMENT_BINDING, times, None)
+            return _ARGUMENT_BINDING
         cdef SameCall same = self.same
         cdef list inputs
         if same is not None:
             inputs = same.inputs_for(<object>call.function, fields, plan, args, kwargs, context)
             if inputs is not None:
                 same.hits += 1
-                return self.run(call, same.entry, same.entry.finish, inputs, times)
+                found_entry(found, same.entry, inputs, None)
+                return None
             self._drop_same(same)
         elif self.strikes < MAX_STRIKES:
             self._watch_roots(plan, args, kwargs)
@@ -581,17 +583,17 @@ cdef class FilterDispatcher(Engine):
         cdef Py_ssize_t first_dynamic = 0
         reason = self._partition(treedef, bound, leaves, static, dynamic, &first_dynamic)
         if reason is not None:
-            return self.hand_off(call, reason, times, None)
+            return reason
         cdef bint donate_first = <object>PyDict_GetItem(fields, _DONATE_FIRST) is True
         cdef bint donate_rest = <object>PyDict_GetItem(fields, _DONATE_REST) is True
         inputs = _executable_inputs(<tuple>PyDict_GetItem(fields, _DYNAMIC_FUN), dynamic, first_dynamic,
                                     donate_first, donate_rest)
         if inputs is None:
-            return self.hand_off(call, _HOST_DATA, times, None)
+            return _HOST_DATA
         static_args = _static_part(<object>PyDict_GetItem(fields, _STATIC_FUN),
                                    donate_first, donate_rest, static)
-        return self.lookup(call, treedef, inputs, static_args, context, plan.arg_names, _FRONT,
-                           times)
+        found_arguments(found, treedef, inputs, static_args, context, plan.arg_names, _FRONT)
+        return None
 
     cdef str _partition(self, TreeDef treedef, tuple bound, list leaves, tuple static, list dynamic,
                         Py_ssize_t* first_dynamic):

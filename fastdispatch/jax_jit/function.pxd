@@ -66,7 +66,6 @@ cdef class CompiledFunction(Engine):
     cdef dict __dict__                     # as functools.wraps fills it
     cdef object __weakref__
 
-    cdef object _flatten(self, Call* call, tuple context, CallTimes* times)
     cdef tuple _split_static(self, tuple args, dict kwargs)
     cdef tuple _from_compiled(self, CacheEntry entry, list leaves, object compiled,
                               Py_ssize_t calls_before_jax)

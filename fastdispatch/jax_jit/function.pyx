@@ -2,7 +2,7 @@
 """CompiledFunction: ``fastdispatch.jit``, the jax.jit front end of the engine.
 
 A call takes the engine's steps (core/engine.pyx's docstring lists them);
-jit's own is ``dispatch``, in this order:
+jit's own is ``parse``, in this order:
   guard      f(a, b, ...) laid out as the previous call: its leaves and static
              arguments checked in the caller's argument array (vectorcall);
              a call jax.jit takes for its leaves' sake (numpy values, a step
@@ -10,8 +10,8 @@ jit's own is ``dispatch``, in this order:
   state      a transformation tracing right now, jax_debug_nans, or a setting
              jax.jit runs itself (disable_jit): handed off; else a guarded
              call runs the previous call's entry
-  flatten    static args split off; dynamic args -> leaves + TreeDef; then
-             the engine's lookup
+  flatten    static args split off; dynamic args -> leaves + TreeDef, for
+             the engine's find
 
 Python calls arrive through the vectorcall slot, the only way in (``__call__``
 forwards to it).  Whatever the fast path cannot run, jax.jit itself runs (the
@@ -31,8 +31,8 @@ from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE, PyTuple_New, PyTu
 
 from fastdispatch.core.cache cimport CacheEntry, CompiledFunctionCache
 from fastdispatch.core.engine cimport (
-    Call, CallTimes, Engine, PreviousCall, trace_context, trace_sink, jax_state_hand_off,
-    warm_store)
+    Call, CallTimes, Engine, Found, PreviousCall, found_arguments, found_entry, keep,
+    trace_context, trace_sink, jax_state_hand_off, warm_store)
 from fastdispatch.core.execute cimport TO_JAX_NOW, Executable, make_executable
 from fastdispatch.core.keys cimport same_items
 from fastdispatch.core.outputs cimport output_tree
@@ -313,7 +313,7 @@ cdef inline str _hand_off_reason(PreviousJitCall previous, Call* call):
 cdef class CallShape:
     """How a call passed its arguments: how many positionally, under which
     keyword names, of which types; and why jax.jit took the last call of
-    this shape for itself (see dispatch)."""
+    this shape for itself (see parse)."""
 
     cdef bint matches(self, Call* call):
         """The call's argument array holds as many arguments of the same
@@ -456,15 +456,15 @@ cdef class CompiledFunction(Engine):
             raise TypeError(_NOT_MADE_BY_JIT)
         return self.call(&call)
 
-    cdef object dispatch(self, Call* call, CallTimes* times):
-        """The guard on the argument array, jax's state, then flatten and lookup."""
+    cdef str parse(self, Call* call, Found* found, CallTimes* times):
+        """The guard on the argument array, jax's state, then flatten."""
         cdef PreviousJitCall previous = <PreviousJitCall>self.previous
         cdef bint guarded = False
         if self._refused is not None and self._refused.hand_off_now(call):
             # The last call of this shape was one jax.jit raises for (an
             # unhashable static argument, a leaf it rejects): this one goes to
             # it unflattened.
-            return self.hand_off(call, self._refused.reason, times, None)
+            return self._refused.reason
         if previous is not None and not previous.entry.evicted:
             if previous.layout is not None:
                 guarded = previous.layout.guard(call, previous.signature)
@@ -476,28 +476,26 @@ cdef class CompiledFunction(Engine):
                     reason = _hand_off_reason(previous, call)
                     if reason is not None:
                         self.executables.touch(previous.entry)
-                        return self.hand_off(call, reason, times, previous.signature)
+                        keep(&found.signature, previous.signature)
+                        return reason
             elif previous.shape.hand_off_now(call):
                 # A call of trees laid out as the previous one, which jax.jit
                 # took for its leaves' sake: it takes this one too, unflattened.
-                return self.hand_off(call, previous.shape.reason, times, None)
+                return previous.shape.reason
         reason = jax_state_hand_off()
         if reason is not None:   # first: a hand-off under a transformation needs no context
-            return self.hand_off(call, reason, times, None)
+            return reason
         context = trace_context()
         if previous is not None and not previous.signature.same_context(context):
             # jax's settings changed since the previous call: one jax.jit
             # itself runs (disable_jit, say) goes to it before flattening.
             reason = _slow_path_reason()
             if reason is not None:
-                return self.hand_off(call, reason, times, None)
+                return reason
         elif guarded:
-            return self.run(call, previous.entry, previous.entry.finish,
-                            previous.layout.leaves(call), times)
-        return self._flatten(call, context, times)
-
-    cdef object _flatten(self, Call* call, tuple context, CallTimes* times):
-        """Static arguments split off, the dynamic ones flattened; then the engine."""
+            found_entry(found, previous.entry, previous.layout.leaves(call), None)
+            return None
+        # Static arguments split off, the dynamic ones flattened.
         cdef Py_ssize_t nargs = PyVectorcall_NARGS(call.nargsf)
         cdef tuple args = _tuple_from_array(call.argv, nargs)
         cdef dict kwargs = _kwargs_from_array(call.argv, nargs, call.kwnames)
@@ -506,8 +504,8 @@ cdef class CompiledFunction(Engine):
             args, kwargs, static_args = self._split_static(args, kwargs)
         cdef list leaves = []
         cdef TreeDef treedef = flatten_into((args, kwargs), leaves)
-        return self.lookup(call, treedef, leaves, static_args, context,
-                           self._dynamic_arg_names, None, times)
+        found_arguments(found, treedef, leaves, static_args, context, self._dynamic_arg_names, None)
+        return None
 
     # -- the engine's hooks ------------------------------------------------
 
@@ -605,7 +603,7 @@ cdef class CompiledFunction(Engine):
         raises for it, as a rule): the next of its shape goes to jax.jit before
         it is flattened.  On ``entry``, for the leaves' sake, where the call's
         arguments are trees: the next call laid out alike goes to jax.jit
-        before it is flattened (see dispatch)."""
+        before it is flattened (see parse)."""
         if entry is None:
             self._refused = _shape_of(call, reason)
             return

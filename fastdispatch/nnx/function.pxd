@@ -1,6 +1,6 @@
 # The nnx.jit front end (flax NNX's jit, graph mode) of the engine.
 from fastdispatch.core.cache cimport CacheEntry
-from fastdispatch.core.engine cimport Call, CallTimes, Engine
+from fastdispatch.core.engine cimport Call, CallTimes, Engine, Found
 from fastdispatch.core.outputs cimport Outputs
 from fastdispatch.core.pytree cimport TreeDef
 from fastdispatch.core.signature cimport CallSignature
@@ -92,6 +92,6 @@ cdef class NnxJitFunction(Engine):
     cdef dict __dict__
     cdef object __weakref__
 
-    cdef object _miss(self, Call* call, Record holding, CallTimes* times)
+    cdef str _miss(self, Call* call, Found* found, Record holding, CallTimes* times)
     cdef Record _record(self, object graph, CacheEntry entry, Record holding)
     cdef CacheEntry _new_entry(self, Call* call, object graph)

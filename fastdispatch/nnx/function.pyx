@@ -31,8 +31,8 @@ from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE
 from fastdispatch.core.cache cimport CacheEntry, CompiledFunctionCache
 from fastdispatch.core.clock cimport now_ns
 from fastdispatch.core.engine cimport (
-    AT_FOUND, Call, CallTimes, Engine, ended, python_call, reached, trace_context,
-    jax_state_hand_off, warm_store)
+    AT_FOUND, Call, CallTimes, Engine, Found, ended, found_entry, keep, python_call, reached,
+    trace_context, jax_state_hand_off, warm_store)
 from fastdispatch.core.execute cimport NEVER_TO_JAX, make_executable
 from fastdispatch.core.outputs cimport Outputs
 from fastdispatch.core.pytree cimport TreeDef, flatten_into
@@ -417,18 +417,19 @@ cdef class NnxJitFunction(Engine):
         python_call(&call, self, args, kwargs)
         return self.call(&call)
 
-    cdef object dispatch(self, Call* call, CallTimes* times):
-        """A record that proves the call's graph runs it; else flax's call."""
+    cdef str parse(self, Call* call, Found* found, CallTimes* times):
+        """A record that proves the call's graph runs it; else flax's call
+        (``_miss``), which compiles or loads a new one."""
         cdef tuple args = <tuple>call.args
         cdef dict kwargs = <dict>call.kwargs
         cdef Record record
         cdef list inputs
         cdef Py_ssize_t i
         if not self.fast:
-            return self.hand_off(call, _NOT_GRAPH_UPDATES, times, None)
+            return _NOT_GRAPH_UPDATES
         reason = jax_state_hand_off()
         if reason is not None:
-            return self.hand_off(call, reason, times, None)
+            return reason
         # nnx.cached_partial hands its call a static cache of the graph's
         # traversal, for flax's update context to take; a call a record serves
         # traverses nothing, so the cache is taken here, and given back to
@@ -462,7 +463,8 @@ cdef class NnxJitFunction(Engine):
                     continue   # a shape of this graph no executable runs yet
             if i:
                 self.records = (record,) + records[:i] + records[i + 1:]
-            return self.run(call, record.entry, record, inputs, times)
+            found_entry(found, record.entry, inputs, record)
+            return None
         _graph_context.tmp_static_cache = static_cache
         if (holding is None and self.refusal_repeated
                 and self.refused == _arguments_key(args, kwargs)):
@@ -471,14 +473,16 @@ cdef class NnxJitFunction(Engine):
             # walked twice: costlier than flax's call itself).
             self.refusals += 1
             if self.refusals & 63:
-                return self.hand_off(call, self.refusal, times, None)
-        return self._miss(call, holding, times)
+                return self.refusal
+        return self._miss(call, found, holding, times)
 
-    cdef object _miss(self, Call* call, Record holding, CallTimes* times):
+    cdef str _miss(self, Call* call, Found* found, Record holding, CallTimes* times):
         """flax's split and jax.jit (a trace and a compile for a new structure);
         flax's merge, or, when ``holding``'s graph is the call's and the
         executable keeps it, a write-back into its slots; then a new Record,
-        its executable an entry of the cache."""
+        its executable an entry of the cache.  Its output is ``found.out``;
+        with warm start, a loaded executable's entry is ``found``'s, for the
+        engine's ``execute``."""
         cdef tuple args = <tuple>call.args
         cdef dict kwargs = <dict>call.kwargs
         reached(times, AT_FOUND, self.library, _NEW_GRAPH)
@@ -499,7 +503,8 @@ cdef class NnxJitFunction(Engine):
             ended(call, times, False, 0, _NEW_GRAPH, None)
             raise
         if loaded:
-            return self.run(call, entry, self._record(graph, entry, holding), graph.leaves, times)
+            found_entry(found, entry, graph.leaves, self._record(graph, entry, holding))
+            return None
         if graph is not None:
             entry = self.executables.find(graph.signature)
             if entry is None:
@@ -515,7 +520,8 @@ cdef class NnxJitFunction(Engine):
             self.refused, self.refusal, self.refusals = key, refusal, 0
         ended(call, times, False, now_ns() - times.found if compiled else 0,
               None if compiled else _NEW_GRAPH, entry.signature if record is not None else None)
-        return out
+        keep(&found.out, out)
+        return None
 
     cdef Record _record(self, object graph, CacheEntry entry, Record holding):
         """The Record that runs ``entry``'s executable on ``graph``: ``holding``,
