@@ -142,6 +142,14 @@ cdef class Engine:
     cdef str span_name                     # its calls' span under jax.profiler
     cdef str library                       # the span of a call the library runs: "jax.jit"...
     cdef PreviousCall previous             # the guard's guess: the previous call
+    # The refusal memo: the last call the library took for what its
+    # arguments are, as the front end describes them (`refused`), and why.
+    # The front end hands calls it finds alike to the library before reading
+    # them (`refused_again`), but every 64th, which takes the whole path
+    # again in case they (or the library's choice) changed.
+    cdef object refused
+    cdef str refusal
+    cdef unsigned int refusals
 
     # The steps, in the order a call takes them (each returns why the library
     # runs the call, or None).
@@ -152,6 +160,8 @@ cdef class Engine:
     cdef str execute(self, Call* call, Found* found, CallTimes* times)
     cdef int complete(self, Call* call, CacheEntry entry, list leaves, object out,
                       double seconds) except -1
+    cdef void remember_refusal(self, object refused, str reason)
+    cdef str refused_again(self)
 
     # The front end's hooks.
     cdef str parse(self, Call* call, Found* found, CallTimes* times)

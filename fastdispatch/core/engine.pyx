@@ -434,6 +434,20 @@ cdef class Engine:
         self.executables.complete(entry, executable, finish, reason, seconds)
         return 0
 
+    cdef void remember_refusal(self, object refused, str reason):
+        """The library took a call for what its arguments are (``refused``,
+        the front end's description of them), for ``reason``; None forgets."""
+        self.refused = refused
+        self.refusal = reason
+        self.refusals = 0
+
+    cdef str refused_again(self):
+        """A call the front end finds alike the refused one: the reason to hand
+        it off before reading it, or None for every 64th, which goes the whole
+        way."""
+        self.refusals += 1
+        return self.refusal if self.refusals & 63 else None
+
     # -- the front end's hooks ---------------------------------------------
 
     cdef str parse(self, Call* call, Found* found, CallTimes* times):

@@ -20,11 +20,10 @@ cdef class CallLayout:
     cdef tuple containers
     cdef tuple lengths                     # per leaf_index entry: the container's length (0 for a leaf)
     cdef tuple static_index                # argv index of each static argument, static_args order
-    # A call laid out like this one whose leaves and static arguments pass
-    # the signature's guard (jax's context is not compared here).
-    cdef bint guard(self, Call* call, CallSignature signature)
-    # The leaves of a call laid out like this one, in flatten order.
-    cdef tuple leaves(self, Call* call)
+    # The leaves, in flatten order, of a call laid out like this one whose
+    # leaves and static arguments pass the signature's guard (jax's context is
+    # not compared here); else None.
+    cdef tuple guard(self, Call* call, CallSignature signature)
     cdef tuple _gather(self, PyObject** argv)
     cdef bint _statics_match(self, PyObject** argv, tuple static_args)
 
@@ -34,20 +33,13 @@ cdef class CallShape:
     cdef Py_ssize_t nargs                  # positional arguments
     cdef object kwnames                    # keyword names (a tuple), or None
     cdef tuple arg_types                   # the type of each argument in the array
-    cdef str reason                        # why jax.jit took the last call: hand off before flattening
-    cdef unsigned int hand_offs            # calls handed off so: every 64th is flattened again
     cdef bint matches(self, Call* call)
-    cdef bint hand_off_now(self, Call* call)
 
 
 @cython.final
 cdef class PreviousJitCall(PreviousCall):
     cdef CallLayout layout                 # its layout, when all its arguments were leaves
     cdef bint hand_off_guarded             # jax.jit runs its entry for the leaves' sake (numpy)
-    # Calls whose arguments are trees (no layout): the shape of the call's
-    # argument array, and why jax.jit took its last call for its leaves' sake
-    # (numpy values it converts faster, a step counter's new value), or None.
-    cdef CallShape shape
 
 
 @cython.final
@@ -62,7 +54,6 @@ cdef class CompiledFunction(Engine):
     cdef bint _has_static                  # any static argument at all
     cdef bint _donates                     # any donated argument at all
     cdef tuple _dynamic_arg_names          # positional parameter names minus static ones
-    cdef CallShape _refused                # the shape of the last call refused (jax.jit raises), or None
     cdef dict __dict__                     # as functools.wraps fills it
     cdef object __weakref__
 

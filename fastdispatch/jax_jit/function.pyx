@@ -182,24 +182,25 @@ cdef class CallLayout:
     a list's items in order), without flattening, and its static values
     compared in place."""
 
-    cdef bint guard(self, Call* call, CallSignature signature):
+    cdef tuple guard(self, Call* call, CallSignature signature):
+        """The call's leaves, in flatten order, where the call is laid out as
+        this one and they and its static arguments pass the signature's
+        guard; else None."""
         cdef Py_ssize_t nargs = PyVectorcall_NARGS(call.nargsf)
         cdef tuple leaves
         if nargs != self.nargs or not _same_keywords(call.kwnames, self.kwnames):
-            return False
+            return None
         if not self._statics_match(call.argv, signature.static_args):
-            return False
+            return None
         if self.leaf_index is None:
-            return signature.matches_leaves(call.argv, nargs)
+            if signature.matches_leaves(call.argv, nargs):
+                return _tuple_from_array(call.argv, nargs)
+            return None
         leaves = self._gather(call.argv)
-        if leaves is None:
-            return False
-        return signature.matches_leaves(PySequence_Fast_ITEMS(leaves), PyTuple_GET_SIZE(leaves))
-
-    cdef tuple leaves(self, Call* call):
-        if self.leaf_index is None:
-            return _tuple_from_array(call.argv, PyVectorcall_NARGS(call.nargsf))
-        return self._gather(call.argv)
+        if leaves is not None and signature.matches_leaves(PySequence_Fast_ITEMS(leaves),
+                                                           PyTuple_GET_SIZE(leaves)):
+            return leaves
+        return None
 
     cdef tuple _gather(self, PyObject** argv):
         """The call's leaves, or None where a list or tuple is not the previous
@@ -284,11 +285,11 @@ cdef CallLayout _layout_of(tuple args, dict kwargs, object kwnames,
     return layout if num_leaves == signature.treedef.num_leaves else None
 
 
-cdef inline str _hand_off_reason(PreviousJitCall previous, Call* call):
-    """Why jax.jit takes this call, laid out as the previous one, whatever
-    jax's context, or None: the previous call's entry is one jax.jit runs for
-    its numpy leaves, or this call brings a Python scalar value its executable
-    leaves to jax (see Inputs.new_scalar_in)."""
+cdef inline str _hand_off_reason(PreviousJitCall previous, tuple leaves):
+    """Why jax.jit takes this call, laid out as the previous one (its
+    ``leaves``), whatever jax's context, or None: the previous call's entry is
+    one jax.jit runs for its numpy leaves, or this call brings a Python scalar
+    value its executable leaves to jax (see Inputs.new_scalar_in)."""
     if previous.hand_off_guarded:
         return _HOST_DATA
     cdef Executable executable = previous.entry.executable
@@ -296,24 +297,17 @@ cdef inline str _hand_off_reason(PreviousJitCall previous, Call* call):
         return None
     if executable.inputs.host_to_jax:
         return _HOST_DATA
-    if not executable.inputs.new_scalars_to_jax:
-        return None
-    # Every hand-off asks: read the leaves in place where they are the
-    # positional arguments, gathered only where keywords or statics interleave.
-    cdef tuple gathered
-    if previous.layout.leaf_index is None:
-        found = executable.inputs.new_scalar_in(call.argv)
-    else:
-        gathered = previous.layout.leaves(call)
-        found = executable.inputs.new_scalar_in(PySequence_Fast_ITEMS(gathered))
-    return _NEW_SCALAR if found else None
+    if executable.inputs.new_scalars_to_jax and executable.inputs.new_scalar_in(
+            PySequence_Fast_ITEMS(leaves)):
+        return _NEW_SCALAR
+    return None
 
 
 @cython.final
 cdef class CallShape:
     """How a call passed its arguments: how many positionally, under which
-    keyword names, of which types; and why jax.jit took the last call of
-    this shape for itself (see parse)."""
+    keyword names, of which types.  The engine's refusal memo holds the shape
+    of the last call jax.jit took for what its arguments are (see parse)."""
 
     cdef bint matches(self, Call* call):
         """The call's argument array holds as many arguments of the same
@@ -328,17 +322,9 @@ cdef class CallShape:
                 return False
         return True
 
-    cdef bint hand_off_now(self, Call* call):
-        """jax.jit takes this call as it took the last of this shape, before
-        it is flattened; but every 64th goes the whole way again, in case its
-        leaves (or jax's choice) have changed."""
-        if self.reason is None or not self.matches(call):
-            return False
-        self.hand_offs += 1
-        return (self.hand_offs & 63) != 0
 
 
-cdef CallShape _shape_of(Call* call, str reason):
+cdef CallShape _shape_of(Call* call):
     cdef CallShape shape = CallShape.__new__(CallShape)
     shape.nargs = PyVectorcall_NARGS(call.nargsf)
     shape.kwnames = None if call.kwnames == NULL else <object>call.kwnames
@@ -346,15 +332,14 @@ cdef CallShape _shape_of(Call* call, str reason):
     if call.kwnames != NULL:
         n += PyTuple_GET_SIZE(<tuple>call.kwnames)
     shape.arg_types = tuple([type(<object>call.argv[i]) for i in range(n)])
-    shape.reason = reason
     return shape
 
 
 @cython.final
 cdef class PreviousJitCall(PreviousCall):
     """The engine's PreviousCall, with what jit guards a call by before
-    flattening it: its layout in the argument array, and whether jax.jit took
-    it for its leaves' sake."""
+    flattening it: its layout in the argument array, and whether jax.jit runs
+    its entry for its leaves' sake."""
 
 cdef class _NotGiven:
     def __repr__(self):
@@ -459,29 +444,28 @@ cdef class CompiledFunction(Engine):
     cdef str parse(self, Call* call, Found* found, CallTimes* times):
         """The guard on the argument array, jax's state, then flatten."""
         cdef PreviousJitCall previous = <PreviousJitCall>self.previous
-        cdef bint guarded = False
-        if self._refused is not None and self._refused.hand_off_now(call):
-            # The last call of this shape was one jax.jit raises for (an
-            # unhashable static argument, a leaf it rejects): this one goes to
-            # it unflattened.
-            return self._refused.reason
+        cdef tuple guarded = None   # the leaves of a call the previous one's layout guards
+        if self.refused is not None and (<CallShape>self.refused).matches(call):
+            # jax.jit took the last call of this shape: one it raises for (an
+            # unhashable static argument, a leaf it rejects), or a call of
+            # trees for its leaves' sake (numpy values, a step counter's new
+            # value: it converts them faster).  This one goes to it unflattened.
+            reason = self.refused_again()
+            if reason is not None:
+                return reason
         if previous is not None and not previous.entry.evicted:
             if previous.layout is not None:
                 guarded = previous.layout.guard(call, previous.signature)
-                if guarded:
+                if guarded is not None:
                     # jax.jit takes a call for what its leaves are (numpy
                     # arguments, a step counter's new value: it converts them
                     # faster); jax's context and trace state cannot change
                     # that, so neither is read.
-                    reason = _hand_off_reason(previous, call)
+                    reason = _hand_off_reason(previous, guarded)
                     if reason is not None:
                         self.executables.touch(previous.entry)
                         keep(&found.signature, previous.signature)
                         return reason
-            elif previous.shape.hand_off_now(call):
-                # A call of trees laid out as the previous one, which jax.jit
-                # took for its leaves' sake: it takes this one too, unflattened.
-                return previous.shape.reason
         reason = jax_state_hand_off()
         if reason is not None:   # first: a hand-off under a transformation needs no context
             return reason
@@ -492,8 +476,8 @@ cdef class CompiledFunction(Engine):
             reason = _slow_path_reason()
             if reason is not None:
                 return reason
-        elif guarded:
-            found_entry(found, previous.entry, previous.layout.leaves(call), None)
+        elif guarded is not None:
+            found_entry(found, previous.entry, guarded, None)
             return None
         # Static arguments split off, the dynamic ones flattened.
         cdef Py_ssize_t nargs = PyVectorcall_NARGS(call.nargsf)
@@ -594,9 +578,8 @@ cdef class CompiledFunction(Engine):
                                      self._static_argnames, signature)
         previous.hand_off_guarded = (previous.layout is not None and entry.executable is None
                                      and entry.hand_off_reason is _HOST_DATA)
-        previous.shape = _shape_of(call, None)
         self.previous = previous
-        self._refused = None
+        self.remember_refusal(None, None)
 
     cdef void handed_off(self, Call* call, CacheEntry entry, str reason):
         """jax.jit takes a call.  Refused before any entry was found (None: jax.jit
@@ -605,13 +588,13 @@ cdef class CompiledFunction(Engine):
         arguments are trees: the next call laid out alike goes to jax.jit
         before it is flattened (see parse)."""
         if entry is None:
-            self._refused = _shape_of(call, reason)
+            self.remember_refusal(_shape_of(call), reason)
             return
         cdef PreviousJitCall previous = <PreviousJitCall>self.previous
         if previous is None or previous.entry is not entry or previous.layout is not None:
             return
         if reason is _HOST_DATA or reason is _NEW_SCALAR:
-            previous.shape.reason = reason
+            self.remember_refusal(_shape_of(call), reason)
 
     cdef object returned(self, Call* call, object out):
         """The one post-hook check, then the output."""

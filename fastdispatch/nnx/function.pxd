@@ -80,15 +80,12 @@ cdef class NnxJitFunction(Engine):
     # with warm start, the graph of an executable loaded from the store
     cdef object flax_miss
     cdef tuple records                  # Record, most recently used first
-    # A call whose graph no record can serve (why not: `refusal`) leaves its
-    # arguments' identities (`refused`, see _arguments_key).  Once the next
-    # call on them is refused alike (`refusal_repeated`: a first call may
-    # change what it is given, and the second then records), calls on the
-    # same arguments go to flax without trying again to record, but every 64th.
-    cdef tuple refused
-    cdef str refusal
+    # A call whose graph no record can serve leaves its arguments'
+    # identities (see _arguments_key) in the engine's refusal memo.  Once the
+    # next call on them is refused alike (a first call may change what it is
+    # given, and the second then records), calls on the same arguments go to
+    # flax without trying again to record, but every 64th.
     cdef bint refusal_repeated
-    cdef unsigned int refusals
     cdef dict __dict__
     cdef object __weakref__
 

@@ -471,9 +471,9 @@ cdef class NnxJitFunction(Engine):
             # flax's call, as the last one on these arguments was, without
             # the attempt to record it (a trace of its outputs, its graph
             # walked twice: costlier than flax's call itself).
-            self.refusals += 1
-            if self.refusals & 63:
-                return self.refusal
+            reason = self.refused_again()
+            if reason is not None:
+                return reason
         return self._miss(call, found, holding, times)
 
     cdef str _miss(self, Call* call, Found* found, Record holding, CallTimes* times):
@@ -517,7 +517,7 @@ cdef class NnxJitFunction(Engine):
         if record is None:
             key = _arguments_key(args, kwargs)
             self.refusal_repeated = self.refused == key and self.refusal == refusal
-            self.refused, self.refusal, self.refusals = key, refusal, 0
+            self.remember_refusal(key, refusal)
         ended(call, times, False, now_ns() - times.found if compiled else 0,
               None if compiled else _NEW_GRAPH, entry.signature if record is not None else None)
         keep(&found.out, out)
@@ -527,7 +527,8 @@ cdef class NnxJitFunction(Engine):
         """The Record that runs ``entry``'s executable on ``graph``: ``holding``,
         one more shape of it, where the graph is its own (its guards); else a
         new Record, first in line."""
-        self.refused, self.refusal_repeated = None, False
+        self.remember_refusal(None, None)
+        self.refusal_repeated = False
         if holding is not None and graph.guards is holding.guards:
             holding.add_shape(graph.signature, entry, graph.out_treedef)
             return holding
@@ -557,7 +558,8 @@ cdef class NnxJitFunction(Engine):
     def clear_cache(self):
         """Forget the records and executables (flax's jit keeps its own traces)."""
         self.records = ()
-        self.refused, self.refusal_repeated = None, False
+        self.remember_refusal(None, None)
+        self.refusal_repeated = False
         self.executables.clear()
 
     def library_function(self):
