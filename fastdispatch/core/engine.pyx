@@ -80,6 +80,7 @@ cdef object _end_span = _jax.TRACE_ME.__exit__
 # only, so a hit never looks at it (fastdispatch.warm).
 cdef object _warm_store = None
 
+
 def set_warm_store(store):
     """Look for, and keep, executables in ``store`` (a fastdispatch.warm.WarmStart);
     None stops it."""

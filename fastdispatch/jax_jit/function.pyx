@@ -323,7 +323,6 @@ cdef class CallShape:
         return True
 
 
-
 cdef CallShape _shape_of(Call* call):
     cdef CallShape shape = CallShape.__new__(CallShape)
     shape.nargs = PyVectorcall_NARGS(call.nargsf)
