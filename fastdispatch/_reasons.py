@@ -5,7 +5,8 @@ the report prints it as it is.  ``docs/tracing.md``'s hand-off table lists
 every one of them (tests/unit/test_reasons.py checks it).  Where the fast path
 will not run an executable, the code that finds out raises ``NotFast`` with
 one of these; where it will not run a call, it hands the call off to the
-library with the reason (the engine's ``hand_off``).
+library with the reason (a step of ``Engine.call`` returns it; the call hands
+off once, at its bottom).
 """
 
 import sys
