@@ -20,8 +20,8 @@ raw PjRt limit, and checked against the group's reference first:
     --distributed  instead: a data-parallel training step over jax.distributed, in
                    --processes processes (2) of --devices CPU devices (2) on loopback
                    (distributed.py)
-    --programs     instead: the whole programs of tests/programs, stock against
-                   python -m fastdispatch: wall time and time per step (programs.py);
+    --programs     instead: the whole programs of bench/programs, stock against
+                   python -m fastdispatch: wall time and time per step (whole_programs.py);
                    --only names programs, --json and --quick apply
     --programs --warm-start
                    instead: the same programs rerun with warm caches: stock with jax's
@@ -99,7 +99,7 @@ def main(argv: list[str] | None = None, prog: str = "fastdispatch bench") -> int
     parser.add_argument(
         "--programs",
         action="store_true",
-        help="the whole programs of tests/programs instead, stock against python -m fastdispatch",
+        help="the whole programs that ship in bench/programs instead, stock against python -m fastdispatch",
     )
     parser.add_argument(
         "--warm-start",
@@ -290,8 +290,8 @@ def _program_header(mode: str, command: str) -> str:
 
 
 def _run_programs(options, command: str) -> int:
-    """programs.py: each program in its own processes; this process starts no backend."""
-    from . import programs
+    """whole_programs.py: each program in its own processes; this process starts no backend."""
+    from . import whole_programs
 
     if options.plot or options.distributed:
         print("--plot and --distributed do not apply to --programs", file=sys.stderr)
@@ -301,7 +301,8 @@ def _run_programs(options, command: str) -> int:
 
         header = _program_header("--programs --warm-start", command)
         return programs_warm.main(options.quick, options.only, options.json, header)
-    return programs.main(options.quick, options.only, options.json, _program_header("--programs", command))
+    header = _program_header("--programs", command)
+    return whole_programs.main(options.quick, options.only, options.json, header)
 
 
 def _run_trace_cost(options, command: str) -> int:

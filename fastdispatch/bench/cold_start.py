@@ -36,7 +36,7 @@ import subprocess
 import sys
 import tempfile
 
-from .programs import programs_dir, run_once, selected, table
+from .whole_programs import readme_example, run_once, selected, table
 
 # (repeats, steady-state calls): full and --quick.
 FULL = (3, 50)
@@ -59,15 +59,6 @@ _CACHE_VARIABLES = (
 
 def models_script() -> str:
     return os.path.join(os.path.dirname(os.path.abspath(__file__)), "cold_start_models.py")
-
-
-def readme_example() -> str | None:
-    """examples/train_mlp.py of the checkout, or None in an installed package."""
-    tests = programs_dir()
-    if tests is None:
-        return None
-    example = os.path.join(os.path.dirname(os.path.dirname(tests)), "examples", "train_mlp.py")
-    return example if os.path.exists(example) else None
 
 
 def clean_environment() -> dict:

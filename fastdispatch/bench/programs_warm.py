@@ -1,7 +1,7 @@
 """Whole programs rerun with their caches warm: ``bench --programs --warm-start``.
 
-What a user who reruns a program compares: each program of tests/programs
-(programs.py) rerun whole, in fresh processes, three ways:
+What a user who reruns a program compares: each program of bench/programs
+(whole_programs.py) rerun whole, in fresh processes, three ways:
 
     jax cache   stock python, jax's persistent compilation cache warm (a)
     fd warm     python -m fastdispatch --warm-start STORE, the store warm (b)
@@ -37,7 +37,7 @@ import tempfile
 import time
 
 from .cold_start import clean_environment, compile_package_bytecode, jax_cache_environment, warm_start_argv
-from .programs import find_programs, programs_dir, selected, table
+from .whole_programs import PROGRAMS_DIR, find_programs, selected, table
 
 # (repeats, steps): full and --quick.
 FULL = (5, 200)  # five: a 2.5 s program wanders by 5% from run to run on a shared machine
@@ -111,7 +111,7 @@ def _children_cpu() -> float:
 def bench_program(name: str, directory: str, repeats: int, steps: int) -> dict:
     """One program's row: samples per mode, then their medians and ratios."""
     path = os.path.join(directory, name + ".py")
-    cwd = os.path.dirname(os.path.dirname(directory))
+    cwd = os.getcwd()
     args = [path, "--steps", str(steps)]
     samples = {mode: [] for mode in MODES}
     with tempfile.TemporaryDirectory(prefix="fd-programs-warm-") as scratch:
@@ -250,11 +250,8 @@ def format_table(rows: list[dict], repeats: int, steps: int) -> str:
 
 def main(quick: bool, only: str | None, json_path: str | None, header: str) -> int:
     """Runs the programs (``only``: some of them) and prints the table; 2 when
-    the programs are not here."""
-    directory = programs_dir()
-    if directory is None:
-        print("bench --programs --warm-start: no tests/programs (run from a checkout)", file=sys.stderr)
-        return 2
+    ``only`` names an unknown program."""
+    directory = PROGRAMS_DIR
     names = selected(find_programs(directory), only, "--programs")
     if names is None:
         return 2

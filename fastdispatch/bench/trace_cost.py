@@ -15,7 +15,7 @@ import os
 import statistics
 import sys
 
-from .programs import programs_dir, run_once
+from .whole_programs import readme_example, run_once
 
 FULL = 7  # repeats
 QUICK = 3
@@ -26,11 +26,9 @@ def programs() -> list[tuple[str, list[str]]]:
     """(name, script and its arguments) of each program; the README's example
     only in a checkout (it is not installed)."""
     found = [("10,000 small calls", [os.path.join(os.path.dirname(__file__), "small_calls.py"), "10000"])]
-    tests = programs_dir()
-    if tests is not None:
-        example = os.path.join(os.path.dirname(os.path.dirname(tests)), "examples", "train_mlp.py")
-        if os.path.exists(example):
-            found.insert(0, ("README example (train_mlp.py)", [example]))
+    example = readme_example()
+    if example is not None:
+        found.insert(0, ("README example (train_mlp.py)", [example]))
     return found
 
 

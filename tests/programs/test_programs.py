@@ -3,8 +3,9 @@ whole: stock (``python prog.py``) and under ``python -m fastdispatch prog.py``
 in subprocesses.  Each must exit 0 and print the same stdout both ways: the
 programs are deterministic (fixed seeds) and print their results rounded.
 
-The programs live beside this file and never import fastdispatch; the bench
-(``python -m fastdispatch bench --programs``) times the same files.  Each run
+The programs ship with the package, in fastdispatch/bench/programs, and never
+import fastdispatch; the bench (``python -m fastdispatch bench --programs``)
+times the same files.  Each run
 pays jax's (and flax's) start-up, so the step counts here are small.
 """
 
@@ -17,17 +18,16 @@ import sys
 import pytest
 from frontends import needs_flax
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(os.path.dirname(HERE))
+from fastdispatch.bench.whole_programs import PROGRAMS_DIR, find_programs
 
-PROGRAMS = sorted(
-    name[: -len(".py")] for name in os.listdir(HERE) if name.endswith(".py") and not name.startswith("test_")
-)
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+PROGRAMS = find_programs(PROGRAMS_DIR)
 STEPS = "100"
 
 
 def uses_flax(program):
-    with open(os.path.join(HERE, program + ".py")) as f:
+    with open(os.path.join(PROGRAMS_DIR, program + ".py")) as f:
         return any(line.startswith(("from flax", "import flax")) for line in f)
 
 
@@ -50,7 +50,7 @@ def run(*argv, timeout=180):
 
 
 def path_of(program):
-    return os.path.relpath(os.path.join(HERE, program + ".py"), REPO)
+    return os.path.relpath(os.path.join(PROGRAMS_DIR, program + ".py"), REPO)
 
 
 def test_the_suite_has_its_programs():
@@ -70,7 +70,7 @@ def test_the_suite_has_its_programs():
         "equinox_sampling",
     }
     for program in PROGRAMS:
-        with open(os.path.join(HERE, program + ".py")) as f:
+        with open(os.path.join(PROGRAMS_DIR, program + ".py")) as f:
             source = f.read()
         assert "fastdispatch" not in source, f"{program} must run unmodified, without fastdispatch"
         assert 'if __name__ == "__main__":' in source and "--steps" in source, program
@@ -176,7 +176,7 @@ def test_rerun_under_warm_start_loads_every_step_after_an_edit(program, tmp_path
     # programs: jax's cache underneath serves those compiles, which are
     # compiled again for the store, so that the next run loads every step.
     copy = tmp_path / f"{program}.py"
-    with open(os.path.join(HERE, program + ".py")) as f:
+    with open(os.path.join(PROGRAMS_DIR, program + ".py")) as f:
         copy.write_text(f.read())
 
     def edit(text):
@@ -196,7 +196,7 @@ def test_rerun_under_warm_start_loads_every_call(program, tmp_path):
     # sharding metadata), which the key describes.  equinox_optax's jax.jit
     # step takes equinox Modules, whose tree nodes hold equinox's MISSING
     # sentinel: their trees pickle, but not back into themselves.
-    assert_last_rerun_loads_every_call(os.path.join(HERE, program + ".py"), tmp_path, [None, None])
+    assert_last_rerun_loads_every_call(os.path.join(PROGRAMS_DIR, program + ".py"), tmp_path, [None, None])
 
 
 def assert_last_rerun_loads_every_call(path, tmp_path, before_each):

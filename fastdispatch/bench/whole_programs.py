@@ -1,8 +1,9 @@
 """Whole programs, stock against ``python -m fastdispatch``: ``bench --programs``.
 
-The programs are tests/programs/*.py in the repository (each written as its
-library's documentation writes it, never importing fastdispatch; their
-stock-vs-fastdispatch output equality is tests/programs/test_programs.py).
+The programs are fastdispatch/bench/programs/*.py, installed with the package
+(each written as its library's documentation writes it, never importing
+fastdispatch; their stock-vs-fastdispatch output equality is
+tests/programs/test_programs.py).
 Each runs in its own process, stock (``python prog.py --steps N``) and under
 ``python -m fastdispatch prog.py --steps N``, alternately, a few repeats each.
 
@@ -34,12 +35,15 @@ IMPLS = ("stock", "fd")
 TIMEOUT_S = 900
 
 
-def programs_dir() -> str | None:
-    """tests/programs of the checkout this package runs from, or None when the
-    package is installed without it (a non-editable install)."""
+PROGRAMS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "programs")
+
+
+def readme_example() -> str | None:
+    """examples/train_mlp.py of the checkout this package runs from, or None
+    in an installed package (the README's example is not installed)."""
     repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    path = os.path.join(repo, "tests", "programs")
-    return path if os.path.isdir(path) else None
+    example = os.path.join(repo, "examples", "train_mlp.py")
+    return example if os.path.exists(example) else None
 
 
 def find_programs(directory: str) -> list[str]:
@@ -74,7 +78,7 @@ def run_once(argv: list[str], cwd: str, label: str, env: dict | None = None) -> 
 def bench_program(name: str, directory: str, repeats: int, n1: int, n2: int) -> dict:
     """One program's row: wall samples per (impl, steps), medians, per-step times."""
     path = os.path.join(directory, name + ".py")
-    cwd = os.path.dirname(os.path.dirname(directory))
+    cwd = os.getcwd()
     samples = {impl: {n1: [], n2: []} for impl in IMPLS}
     stdout = {}
     error = None
@@ -163,15 +167,8 @@ def format_table(rows: list[dict], n1: int, n2: int, repeats: int) -> str:
 
 
 def main(quick: bool, only: str | None, json_path: str | None, header: str) -> int:
-    """Runs the group and prints its table; 2 when the programs are not here."""
-    directory = programs_dir()
-    if directory is None:
-        print(
-            "bench --programs: tests/programs not found. The programs ship with the repository, "
-            "not the installed package: run from a checkout (pip install -e .).",
-            file=sys.stderr,
-        )
-        return 2
+    """Runs the group and prints its table; 2 when ``only`` names an unknown program."""
+    directory = PROGRAMS_DIR
     names = selected(find_programs(directory), only, "--programs")
     if names is None:
         return 2
