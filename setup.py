@@ -12,7 +12,11 @@ from setuptools import Extension, setup
 # One extension per concept, by layer: the core in the order of one call, then
 # the front ends, each in its own package (see docs/architecture.md).
 MODULES = [
-    "core/pytree",
+    "core/pytree/fields",  # registered types read from the instance __dict__
+    "core/pytree/registry",  # what each Python type is to flatten
+    "core/pytree/treedef",  # a tree's structure
+    "core/pytree/flatten",
+    "core/pytree/paths",  # key paths, repr, differences (not the hot path)
     "core/signature",
     "core/execute",
     "core/outputs",

@@ -343,7 +343,8 @@ def dataclass_fields(to_iter):
     jax flattens such types in C++ by getattr; calling its Python flatten function
     instead costs ~1 us per node, so we read the two field tuples it closes over.
     The first instance of each type is checked against ``to_iter`` itself
-    (``_pytree._check_dataclass``), and any difference falls back to calling ``to_iter``.
+    (``fastdispatch.core.pytree.registry.check_reader``), and any difference
+    falls back to calling ``to_iter``.
     """
     if getattr(to_iter, "__qualname__", None) != "register_dataclass.<locals>.flatten_func":
         return None

@@ -16,6 +16,8 @@ import jax.tree_util as jtu
 import numpy as np
 from hypothesis import strategies as st
 
+from fastdispatch.core.pytree import leaf_paths
+
 # -- registered and native node types ------------------------------------------------
 
 Point = collections.namedtuple("Point", ["x", "y"])
@@ -209,7 +211,7 @@ def structures_match_jax(tree, ours_leaves, ours_treedef) -> None:
     assert ours_treedef.num_leaves == jax_treedef.num_leaves
     assert ours_treedef.num_nodes == jax_treedef.num_nodes
     assert ours_treedef.to_jax() == jax_treedef
-    assert ours_treedef.leaf_paths() == [path for path, _ in jtu.tree_flatten_with_path(tree)[0]]
+    assert leaf_paths(ours_treedef) == [path for path, _ in jtu.tree_flatten_with_path(tree)[0]]
 
 
 # -- hypothesis: trees mixing every node kind ----------------------------------------

@@ -2,7 +2,7 @@
 from cpython.object cimport PyObject
 from cpython.ref cimport Py_INCREF, Py_XDECREF
 from fastdispatch.core.cache cimport CacheEntry, FunctionCache
-from fastdispatch.core.pytree cimport TreeDef
+from fastdispatch.core.pytree.treedef cimport TreeDef
 from fastdispatch.core.signature cimport CallSignature
 
 # One call as its front end received it.  The engine never reads the

@@ -40,7 +40,7 @@ from fastdispatch.core.cache cimport CacheEntry
 from fastdispatch.core.clock cimport now_ns
 from fastdispatch.core.execute cimport HandOff
 from fastdispatch.core.outputs cimport Outputs
-from fastdispatch.core.pytree cimport TreeDef
+from fastdispatch.core.pytree.treedef cimport TreeDef
 from fastdispatch.core.signature cimport (
     CallSignature, LeafKind, LEAF_HOST, LEAF_OTHER, LEAF_TRACER, UNHASHABLE_STATIC, make_signature)
 

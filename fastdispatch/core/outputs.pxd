@@ -1,6 +1,6 @@
 # Outputs: how an executable's flat outputs become the call's result.
 cimport cython
-from fastdispatch.core.pytree cimport TreeDef
+from fastdispatch.core.pytree.treedef cimport TreeDef
 
 
 cdef class Outputs:

@@ -8,7 +8,8 @@ values back into its Variables first (``_nnx.Record``).
 """
 from cpython.list cimport PyList_GET_ITEM
 
-from fastdispatch.core.pytree cimport TreeDef, flatten_into
+from fastdispatch.core.pytree.flatten cimport flatten_into
+from fastdispatch.core.pytree.treedef cimport TreeDef
 
 
 cdef class Outputs:

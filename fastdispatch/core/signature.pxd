@@ -1,7 +1,7 @@
 # What identifies one compiled executable of a function: the call's structure,
 # each dynamic leaf's kind, type and placement, the static arguments and jax's context.
 from cpython.object cimport PyObject
-from fastdispatch.core.pytree cimport TreeDef
+from fastdispatch.core.pytree.treedef cimport TreeDef
 
 # What a leaf is, as far as dispatch cares; decided by classify_leaf alone.
 # The kinds up to LEAF_HOST can be keyed; the others send the call to jax.

@@ -27,7 +27,8 @@ from cpython.object cimport Py_EQ, PyObject, PyObject_RichCompareBool, Py_TYPE
 from cpython.ref cimport Py_INCREF, Py_XDECREF
 
 from fastdispatch.core.keys cimport Py_uhash_t, XXPRIME_5, hash_mix, same_items
-from fastdispatch.core.pytree cimport TreeDef
+from fastdispatch.core.pytree.treedef cimport TreeDef
+from fastdispatch.core.pytree.paths import leaf_paths
 from fastdispatch import _jax
 
 cdef extern from "Python.h":
@@ -407,7 +408,7 @@ cdef class CallSignature:
         """Each keyed leaf's path (a tuple of jax key entries), in key order."""
         if self.front is not None:
             return self.front.leaf_paths(self)
-        return self.treedef.leaf_paths()
+        return leaf_paths(self.treedef)
 
     def static_items(self):
         """``(label, value)`` of each static argument, in key order; a label

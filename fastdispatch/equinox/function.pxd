@@ -4,7 +4,7 @@ from fastdispatch.core.engine cimport Engine
 from fastdispatch.core.execute cimport Executable
 from fastdispatch.core.outputs cimport Outputs
 from fastdispatch.core.keys cimport Py_uhash_t
-from fastdispatch.core.pytree cimport TreeDef
+from fastdispatch.core.pytree.treedef cimport TreeDef
 from fastdispatch.core.signature cimport CallSignature
 from fastdispatch.equinox.unchanged cimport Unchanged
 

@@ -33,7 +33,9 @@ from cpython.ref cimport Py_INCREF
 from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE, PyTuple_New, PyTuple_SET_ITEM
 
 from fastdispatch.core.keys cimport hash_mix
-from fastdispatch.core.pytree cimport TreeDef, flatten_into
+from fastdispatch.core.pytree.flatten cimport flatten_into
+from fastdispatch.core.pytree.treedef cimport TreeDef
+from fastdispatch.core.pytree.paths import leaf_paths
 from fastdispatch.core.signature cimport (
     CallSignature, LeafKind, LEAF_ARRAY, LEAF_HOST, LEAF_KEY, LEAF_SCALAR, LEAF_TRACER, LEAF_OTHER,
     classify_leaf)
@@ -448,7 +450,7 @@ cdef class _Front:
 
         donate_first, donate_rest = _donation_of(signature)
         static = _static_leaves_of(signature)
-        paths = signature.treedef.leaf_paths()
+        paths = leaf_paths(signature.treedef)
         dynamic = [path for path, value in zip(paths, static) if value is None]
         first = [path for path in dynamic if _in_first(path)]
         rest = [path for path in dynamic if not _in_first(path)]
@@ -458,7 +460,7 @@ cdef class _Front:
     def static_items(self, CallSignature signature):
         # Labelled by path (reports name the argument), then the function's own.
         items = [(path, value) for path, value in zip(
-            signature.treedef.leaf_paths(), _static_leaves_of(signature)) if value is not None]
+            leaf_paths(signature.treedef), _static_leaves_of(signature)) if value is not None]
         items.append((("fun",), _static_fun_of(signature)[0]))
         return items
 

@@ -13,7 +13,7 @@ keys every node.
 A tree is recorded only when identity settles everything flatten would see:
   * tuples and namedtuples (immutable: their items are walked, not checked);
   * lists, dicts with str keys, and nodes that flatten reads from their
-    ``__dict__`` alone (fastdispatch.core.pytree.node_kind: NODE_FIELDS);
+    ``__dict__`` alone (fastdispatch.core.pytree.flatten.node_kind: NODE_FIELDS);
   * jax arrays (their aval and sharding never change; a deleted one raises
     when it runs, as on every path);
   * None, int, float, bool, complex, str and bytes (immutable);
@@ -35,7 +35,8 @@ from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
 from cpython.object cimport PyObject, PyTypeObject
 from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE
 
-from fastdispatch.core.pytree cimport NODE_FIELDS, NODE_LEAF, NODE_NAMEDTUPLE, node_kind
+from fastdispatch.core.pytree.flatten cimport node_kind
+from fastdispatch.core.pytree.kinds cimport NODE_FIELDS, NODE_LEAF, NODE_NAMEDTUPLE
 from fastdispatch.core.signature cimport LEAF_ARRAY, LEAF_KEY, LeafKind, classify_leaf
 
 cdef extern from "Python.h":

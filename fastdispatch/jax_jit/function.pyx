@@ -36,7 +36,8 @@ from fastdispatch.core.engine cimport (
 from fastdispatch.core.execute cimport TO_JAX_NOW, Executable, make_executable
 from fastdispatch.core.keys cimport same_items
 from fastdispatch.core.outputs cimport output_tree
-from fastdispatch.core.pytree cimport TreeDef, flatten_into
+from fastdispatch.core.pytree.flatten cimport flatten_into
+from fastdispatch.core.pytree.treedef cimport TreeDef
 from fastdispatch.core.signature cimport CallSignature, LEAF_HOST, classify_leaf
 from fastdispatch.core.cache import default_cache
 from fastdispatch import _jax, _reasons

@@ -21,7 +21,8 @@ from libc.float cimport FLT_MAX
 from libc.math cimport fabs, isinf
 
 from fastdispatch.core.engine cimport trace_state_clean
-from fastdispatch.core.pytree cimport TreeDef, flatten_into
+from fastdispatch.core.pytree.flatten cimport flatten_into
+from fastdispatch.core.pytree.treedef cimport TreeDef
 from fastdispatch.core.signature cimport (
     LeafKind, LEAF_ARRAY, LEAF_HOST, LEAF_SCALAR, classify_leaf, int_fits, plain_host_value)
 from fastdispatch import _jax

@@ -485,7 +485,7 @@ class _Paths:
         ref_index = _graphlib.RefMap()
         flax_paths = {}  # (args or kwargs, index) -> a graph argument's leaf paths, in flax's order
         paths, counts = [], {}
-        for path in treedef.leaf_paths():
+        for path in _pytree.leaf_paths(treedef):
             where = (path[0].idx, getattr(path[1], "idx", getattr(path[1], "key", None)))
             if where[0] == 0:
                 position = positions[where[1]]

@@ -2,7 +2,7 @@
 from fastdispatch.core.cache cimport CacheEntry
 from fastdispatch.core.engine cimport Call, CallTimes, Engine, Found
 from fastdispatch.core.outputs cimport Outputs
-from fastdispatch.core.pytree cimport TreeDef
+from fastdispatch.core.pytree.treedef cimport TreeDef
 from fastdispatch.core.signature cimport CallSignature
 
 # How one argument of a call reaches the executable.

@@ -35,7 +35,8 @@ from fastdispatch.core.engine cimport (
     trace_context, jax_state_hand_off, warm_store)
 from fastdispatch.core.execute cimport NEVER_TO_JAX, make_executable
 from fastdispatch.core.outputs cimport Outputs
-from fastdispatch.core.pytree cimport TreeDef, flatten_into
+from fastdispatch.core.pytree.flatten cimport flatten_into
+from fastdispatch.core.pytree.treedef cimport TreeDef
 from fastdispatch.core.signature cimport (
     CallSignature, LeafKind, LEAF_ARRAY, LEAF_HOST, classify_leaf, make_signature)
 from functools import partial as _partial

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import treecases
 
-from fastdispatch.core.pytree import TreeDef, first_difference, flatten, unflatten
+from fastdispatch.core.pytree import TreeDef, first_difference, flatten, leaf_paths, unflatten
 
 CASES = treecases.cases()
 
@@ -140,8 +140,8 @@ def test_namedtuple_is_its_own_node_type():
     assert treedef(point) != treedef(treecases.PointSub(1, 2))
     rebuilt = treedef(point).unflatten(["x", "y"])
     assert type(rebuilt) is treecases.Point and rebuilt == ("x", "y")
-    assert treedef(point).leaf_paths() == jax_paths(point)
-    assert jtu.keystr(treedef(point).leaf_paths()[1]) == ".y"
+    assert leaf_paths(treedef(point)) == jax_paths(point)
+    assert jtu.keystr(leaf_paths(treedef(point))[1]) == ".y"
 
 
 def test_tuple_and_dict_subclasses_are_leaves_unless_registered():
@@ -173,7 +173,7 @@ def test_dataclass_nodes_and_their_static_fields():
     rebuilt = treedef(pair).unflatten([5, 6])
     assert rebuilt == treecases.Pair(5, 6, "add")
     layer = treecases.Layer(1, 2, "a")
-    assert treedef(layer).leaf_paths() == jax_paths(layer) == [(jtu.GetAttrKey("w"),), (jtu.GetAttrKey("b"),)]
+    assert leaf_paths(treedef(layer)) == jax_paths(layer) == [(jtu.GetAttrKey("w"),), (jtu.GetAttrKey("b"),)]
 
 
 def test_dataclass_whose_fields_are_not_plain_attributes_still_matches_jax():
@@ -201,8 +201,8 @@ def test_custom_node_with_aux_data():
     assert treedef(box) != treedef(treecases.Box((1, 2), {"k": 3}, tag="u"))
     rebuilt = treedef(box).unflatten(["a", "b", "c"])
     assert (rebuilt.items, rebuilt.named, rebuilt.tag) == (("a", "b"), {"k": "c"}, "t")
-    assert treedef(box).leaf_paths() == jax_paths(box)
-    assert [jtu.keystr(path) for path in treedef(box).leaf_paths()] == [
+    assert leaf_paths(treedef(box)) == jax_paths(box)
+    assert [jtu.keystr(path) for path in leaf_paths(treedef(box))] == [
         "[<flat index 0>][0]",
         "[<flat index 0>][1]",
         "[<flat index 1>]['k']",
@@ -218,8 +218,8 @@ def test_custom_node_with_unhashable_aux_is_hashable_and_compared_by_equality():
 
 def test_custom_node_registered_with_keys_has_jax_paths():
     keyed = treecases.Keyed(1, [2, 3])
-    assert treedef(keyed).leaf_paths() == jax_paths(keyed)
-    assert [jtu.keystr(path) for path in treedef(keyed).leaf_paths()] == [
+    assert leaf_paths(treedef(keyed)) == jax_paths(keyed)
+    assert [jtu.keystr(path) for path in leaf_paths(treedef(keyed))] == [
         ".first",
         "['second'][0]",
         "['second'][1]",
@@ -454,7 +454,7 @@ def test_from_iter_errors_propagate_from_unflatten():
 
 def test_leaf_paths_as_keystr():
     tree = [{"w": 1, "b": (2, treecases.Point(3, 4))}, treecases.Layer(5, 6)]
-    assert [jtu.keystr(path) for path in treedef(tree).leaf_paths()] == [
+    assert [jtu.keystr(path) for path in leaf_paths(treedef(tree))] == [
         "[0]['b'][0]",
         "[0]['b'][1].x",
         "[0]['b'][1].y",
@@ -462,7 +462,7 @@ def test_leaf_paths_as_keystr():
         "[1].w",
         "[1].b",
     ]
-    assert treedef(7).leaf_paths() == [()]
+    assert leaf_paths(treedef(7)) == [()]
 
 
 @pytest.mark.parametrize(

@@ -10,7 +10,7 @@ import weakref
 import jax.tree_util as jtu
 import treecases
 
-from fastdispatch.core.pytree import first_difference, flatten
+from fastdispatch.core.pytree import first_difference, flatten, leaf_paths
 
 
 class Leaf:
@@ -71,7 +71,7 @@ def test_flatten_and_unflatten_keep_nothing_alive():
 def test_paths_differences_and_to_jax_keep_nothing_alive():
     tree, refs = _tree_and_refs()
     leaves, td = flatten(tree)
-    assert len(td.leaf_paths()) == len(leaves)
+    assert len(leaf_paths(td)) == len(leaves)
     assert first_difference(td, flatten([tree])[1]) == ((), "dict -> list")
     assert td.to_jax() == jtu.tree_structure(tree)
     del tree, leaves, td
