@@ -22,9 +22,12 @@ MODULES = [
     "core/outputs",
     "core/cache",
     "core/engine",  # the steps of a call, under every front end
+    "jax_jit/layout",  # how a jit call passed its arguments: its guard, read in place
     "jax_jit/function",  # the jit front end: CompiledFunction
     "jax_jit/transfer",  # device_put: host data to devices
-    "equinox/unchanged",  # filter_jit's identity guard: a tree's objects are unchanged
+    "equinox/unchanged",  # a tree's objects are unchanged, proved by identity
+    "equinox/bind",  # binding a call as equinox does, once per call layout
+    "equinox/same_call",  # SameCall: a call on an earlier call's very objects
     "equinox/function",  # the equinox front end's hot path
     "nnx/function",  # the flax NNX front end's hot path
 ]

@@ -6,45 +6,8 @@ from fastdispatch.core.outputs cimport Outputs
 from fastdispatch.core.keys cimport Py_uhash_t
 from fastdispatch.core.pytree.treedef cimport TreeDef
 from fastdispatch.core.signature cimport CallSignature
-from fastdispatch.equinox.unchanged cimport Unchanged
-
-
-cdef class BindPlan:
-    cdef object signature          # the inspect.Signature it binds for (compared by identity)
-    cdef Py_ssize_t nargs          # positional arguments of the calls it binds
-    cdef tuple kwnames             # keyword names of those calls, in call order
-    cdef bint refused              # signature.bind raised: equinox's own call reports it
-    cdef bint as_is                # the bound arguments are the call's positional ones
-    cdef tuple arg_sources         # per bound positional: an int (positional index) or a str (keyword)
-    cdef tuple kwarg_names         # the bound keyword arguments' names, in bound order
-    cdef tuple kwarg_sources       # per bound keyword argument: where it comes from, as above
-    cdef tuple sources             # arg_sources, then kwarg_sources
-    cdef tuple arg_names           # positional parameter names, for reports
-
-    cdef bint fits(self, object signature, tuple args, dict kwargs)
-    cdef tuple bind(self, tuple args, dict kwargs)
-
-
-cdef class _Strong:
-    cdef Unchanged contents        # what the same objects held
-    cdef list inputs               # the executable's inputs; None where an array argument goes
-    cdef tuple fun_parts           # the wrapper's (_dynamic_fun, _static_fun)
-    cdef void drop(self)
-
-
-cdef class SameCall:
-    cdef object wrapper            # the wrapper called (a weak reference)
-    cdef BindPlan plan             # its binding of the call
-    cdef tuple sources             # per bound argument: where the call passes it (BindPlan.sources)
-    cdef tuple held                # per bound argument: a weak reference (the same object), a value, or None
-    cdef Py_ssize_t* input_at      # per bound argument: its input (an array), SAME_OBJECT or SAME_VALUE
-    cdef _Strong strong            # what it holds strongly: emptied when a weakly held object dies
-    cdef CacheEntry entry          # the entry that ran them
-    cdef CallSignature signature   # the call's own signature: the arrays' keys, jax's context
-    cdef Py_ssize_t hits           # calls it served
-
-    cdef list inputs_for(self, object wrapper, dict fields, BindPlan plan, tuple args,
-                         dict kwargs, tuple context)
+from fastdispatch.equinox.bind cimport BindPlan
+from fastdispatch.equinox.same_call cimport SameCall
 
 
 cdef class OutputRecipe(Outputs):

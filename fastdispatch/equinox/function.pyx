@@ -23,12 +23,11 @@ errors; a first call then hands its executable to the fast path.
 """
 import sys
 import warnings
-import weakref
 
-from cpython.dict cimport PyDict_GetItem, PyDict_Next, PyDict_Size
+from cpython.dict cimport PyDict_GetItem
 from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE, PyList_New, PyList_SET_ITEM
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
-from cpython.object cimport Py_EQ, PyObject, PyObject_RichCompareBool
+from cpython.object cimport PyObject
 from cpython.ref cimport Py_INCREF
 from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE, PyTuple_New, PyTuple_SET_ITEM
 
@@ -45,7 +44,8 @@ from fastdispatch.core.outputs cimport Outputs, our_treedef
 from fastdispatch.core.engine cimport (
     Call, CallTimes, Engine, Found, PreviousCall, found_arguments, found_entry, python_call,
     trace_context, jax_state_hand_off, warm_store)
-from fastdispatch.equinox.unchanged cimport Unchanged, record_unchanged
+from fastdispatch.equinox.bind cimport BindPlan, bound_argument, make_plan
+from fastdispatch.equinox.same_call cimport SameCall, record_same
 from fastdispatch.core.cache import default_cache
 from fastdispatch.core.engine import library_function
 from fastdispatch import _jax, _reasons
@@ -105,17 +105,11 @@ cdef inline list _input_order(list first, list fun, list rest, bint donate_first
 cdef enum:
     MAX_PLANS = 64
 
-# SameCall.input_at, for a bound argument that is not an array.
-cdef enum:
-    SAME_OBJECT = -1    # the very object (held weakly), its contents unchanged
-    SAME_VALUE = -2     # None, or an equal int, float, bool or str of the same type
-
 # After this many SameCalls refused or dropped unused, a dispatcher stops
 # recording them: its calls change what the guard proves too often.
 cdef enum:
     MAX_STRIKES = 8
 
-cdef dict _NO_KWARGS = {}
 cdef object _ARRAY_TYPE = _jax.ARRAY_TYPE
 
 # Leaf types classify_leaf calls OTHER, by whether equinox.is_array accepts
@@ -132,234 +126,6 @@ cdef bint _array_like(object leaf, object is_array) except -1:
             _array_like_types.clear()
         _array_like_types[leaf_type] = found
     return found
-
-
-cdef class _ArgumentStandIn:
-    # A stand-in argument, to see where signature.bind puts each one.
-    cdef object source
-
-
-cdef class BindPlan:
-    """Where ``signature.bind(*args, **kwargs)`` puts each argument, for every
-    call with these positional count and keyword names.  Binding normalises a
-    call as equinox does: f(x, 2) and f(x, y=2) bind alike; defaults are not
-    filled in."""
-
-    cdef bint fits(self, object signature, tuple args, dict kwargs):
-        cdef Py_ssize_t pos = 0, i = 0
-        cdef PyObject* key
-        cdef PyObject* value
-        if signature is not self.signature or PyTuple_GET_SIZE(args) != self.nargs:
-            return False
-        if PyDict_Size(kwargs) != PyTuple_GET_SIZE(self.kwnames):
-            return False
-        # Keyword names compared by address: a call site passes the same
-        # interned names, in the same order, every time.
-        while PyDict_Next(kwargs, &pos, &key, &value):
-            if key != PyTuple_GET_ITEM(self.kwnames, i):
-                return False
-            i += 1
-        return True
-
-    cdef tuple bind(self, tuple args, dict kwargs):
-        """(bound args, bound kwargs)."""
-        cdef Py_ssize_t i
-        if self.as_is:
-            return (args, _NO_KWARGS)
-        cdef tuple bound_args = PyTuple_New(PyTuple_GET_SIZE(self.arg_sources))
-        for i in range(PyTuple_GET_SIZE(self.arg_sources)):
-            value = _source(<object>PyTuple_GET_ITEM(self.arg_sources, i), args, kwargs)
-            Py_INCREF(value)
-            PyTuple_SET_ITEM(bound_args, i, value)
-        cdef dict bound_kwargs = _NO_KWARGS
-        if PyTuple_GET_SIZE(self.kwarg_names):
-            bound_kwargs = {}
-            for i in range(PyTuple_GET_SIZE(self.kwarg_names)):
-                bound_kwargs[<object>PyTuple_GET_ITEM(self.kwarg_names, i)] = _source(
-                    <object>PyTuple_GET_ITEM(self.kwarg_sources, i), args, kwargs)
-        return (bound_args, bound_kwargs)
-
-
-cdef inline object _source(object source, tuple args, dict kwargs):
-    if type(source) is int:
-        return <object>PyTuple_GET_ITEM(args, <Py_ssize_t>source)
-    return <object>PyDict_GetItem(kwargs, source)
-
-
-cdef BindPlan _make_plan(object signature, tuple args, dict kwargs):
-    cdef BindPlan plan = BindPlan.__new__(BindPlan)
-    cdef _ArgumentStandIn marker
-    plan.signature = signature
-    plan.nargs = len(args)
-    plan.kwnames = tuple(kwargs)
-    positional = []
-    for i in range(len(args)):
-        marker = _ArgumentStandIn.__new__(_ArgumentStandIn)
-        marker.source = i
-        positional.append(marker)
-    keywords = {}
-    for name in kwargs:
-        marker = _ArgumentStandIn.__new__(_ArgumentStandIn)
-        marker.source = name
-        keywords[name] = marker
-    try:
-        bound = signature.bind(*positional, **keywords)
-    except TypeError:
-        plan.refused = True
-        return plan
-    plan.arg_sources = tuple([(<_ArgumentStandIn>m).source for m in bound.args])
-    plan.kwarg_names = tuple(bound.kwargs)
-    plan.kwarg_sources = tuple([(<_ArgumentStandIn>m).source for m in bound.kwargs.values()])
-    plan.sources = plan.arg_sources + plan.kwarg_sources
-    plan.as_is = not kwargs and plan.arg_sources == tuple(range(len(args)))
-    plan.arg_names = tuple(
-        p.name for p in signature.parameters.values()
-        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD))
-    return plan
-
-
-cdef class SameCall:
-    """Proof that a call passes an earlier call's very objects, so that the
-    earlier call's executable inputs serve it without binding, flattening,
-    partitioning or keying anything.  It holds when:
-      * the call is made through the same wrapper (its function's parts the
-        same objects), bound by the same plan (the same argument layout);
-      * each bound argument that was an array is an array with the same key
-        (aval, sharding, committed: CallSignature.matches_leaf), and it takes
-        that array's place among the inputs;
-      * each that was None, an int, float, bool or str is an equal value of
-        the same type (equinox's static leaves, compared as it does);
-      * each other one is the very object, and every list, dict and Module
-        below it holds the same objects (fastdispatch.equinox.unchanged);
-      * jax's context is the same, and the entry is still in the cache.
-    Then flatten would meet the same objects, partition them alike and key
-    them to this entry.  A donating wrapper is never recorded (a donated
-    array must raise as deleted, on equinox's path).
-
-    The objects are held weakly.  What lies below them is held strongly, by a
-    ``_Strong`` that the weak references' callback empties when one of them
-    (or the wrapper) dies: the record never keeps a model alive past its
-    owner, as jax.jit keeps nothing, and no reference cycle holds it."""
-
-    def __dealloc__(self):
-        PyMem_Free(self.input_at)
-
-    cdef list inputs_for(self, object wrapper, dict fields, BindPlan plan, tuple args,
-                         dict kwargs, tuple context):
-        """The executable's inputs for this call, when the proof holds; else None."""
-        cdef Py_ssize_t i, at
-        cdef object value, expected
-        cdef _Strong strong = self.strong
-        if strong.contents is None or plan is not self.plan:
-            return None
-        if PyWeakref_GET_OBJECT(self.wrapper) != <PyObject*>wrapper:
-            return None
-        if (PyDict_GetItem(fields, _DYNAMIC_FUN) != PyTuple_GET_ITEM(strong.fun_parts, 0)
-                or PyDict_GetItem(fields, _STATIC_FUN) != PyTuple_GET_ITEM(strong.fun_parts, 1)):
-            return None
-        if self.entry.evicted or not self.signature.same_context(context):
-            return None
-        cdef list inputs = list(strong.inputs)   # may collect garbage, and empty `strong`
-        cdef tuple sources = self.sources, held = self.held
-        for i in range(PyTuple_GET_SIZE(sources)):
-            value = _source(<object>PyTuple_GET_ITEM(sources, i), args, kwargs)
-            at = self.input_at[i]
-            if at == SAME_OBJECT:
-                if PyWeakref_GET_OBJECT(<object>PyTuple_GET_ITEM(held, i)) != <PyObject*>value:
-                    return None
-            elif at == SAME_VALUE:
-                expected = <object>PyTuple_GET_ITEM(held, i)
-                if type(value) is not type(expected) or not PyObject_RichCompareBool(
-                        value, expected, Py_EQ):
-                    return None
-            else:
-                if not self.signature.matches_leaf(value, at):
-                    return None
-                inputs[at] = value
-        cdef Unchanged contents = strong.contents
-        if contents is None or not contents.holds():
-            return None
-        return inputs
-
-
-cdef class _Strong:
-    """What a SameCall holds strongly (the contents below its objects, the
-    executable inputs among them, the function's parts).  It is the callback
-    of the SameCall's weak references, so it is emptied when one of their
-    objects dies; it holds nothing that leads back to them."""
-
-    cdef void drop(self):
-        self.contents = None
-        self.inputs = None
-        self.fun_parts = None
-
-    def __call__(self, ref):
-        self.drop()
-
-
-cdef SameCall _record_same(FilterDispatcher dispatcher, Call* call, PreviousCall previous,
-                           list leaves):
-    """A SameCall for this call, which ``previous``'s entry serves with
-    these inputs; None when identity cannot prove its successors alike."""
-    cdef tuple args = <tuple>call.args
-    cdef dict kwargs = <dict>call.kwargs
-    cdef object wrapper = <object>call.function
-    cdef dict fields = PyObject_GenericGetDict(wrapper, NULL)
-    cdef CacheEntry entry = previous.entry
-    if entry.executable is None or (<object>PyDict_GetItem(fields, _DONATE_FIRST) is True
-                                    or <object>PyDict_GetItem(fields, _DONATE_REST) is True):
-        return None
-    cdef BindPlan plan = dispatcher.plan_for(<object>PyDict_GetItem(fields, _SIGNATURE), args, kwargs)
-    if plan.refused:
-        return None
-    cdef SameCall same = SameCall.__new__(SameCall)
-    cdef _Strong strong = _Strong.__new__(_Strong)
-    same.sources = plan.sources
-    cdef Py_ssize_t i, n = PyTuple_GET_SIZE(same.sources)
-    same.input_at = <Py_ssize_t*>PyMem_Malloc((n + 1) * sizeof(Py_ssize_t))
-    if same.input_at == NULL:
-        raise MemoryError()
-    cdef list inputs = list(leaves)
-    cdef LeafKind kind
-    held, roots = [], []
-    for i in range(n):
-        value = _source(<object>PyTuple_GET_ITEM(same.sources, i), args, kwargs)
-        kind = classify_leaf(value)
-        if kind == LEAF_ARRAY or kind == LEAF_KEY:
-            # Its one place among the inputs (found by identity: the same
-            # array twice is not recorded). Not held: each call brings its own.
-            places = [k for k in range(len(leaves)) if leaves[k] is value]
-            if len(places) != 1:
-                return None
-            same.input_at[i] = places[0]
-            inputs[places[0]] = None
-            held.append(None)
-        elif value is None or type(value) in (int, float, bool, str):
-            same.input_at[i] = SAME_VALUE
-            held.append(value)
-        else:
-            try:
-                held.append(weakref.ref(value, strong))
-            except TypeError:
-                return None   # no weak references (a tuple, a list): not recorded
-            same.input_at[i] = SAME_OBJECT
-            roots.append(value)
-    strong.contents = record_unchanged(tuple(roots))
-    if strong.contents is None:
-        return None
-    try:
-        same.wrapper = weakref.ref(wrapper, strong)
-    except TypeError:
-        return None
-    strong.inputs = inputs
-    strong.fun_parts = (<object>PyDict_GetItem(fields, _DYNAMIC_FUN),
-                        <object>PyDict_GetItem(fields, _STATIC_FUN))
-    same.strong = strong
-    same.plan = plan
-    same.held = tuple(held)
-    same.entry = entry
-    same.signature = previous.signature
-    return same
 
 
 cdef class OutputRecipe(Outputs):
@@ -546,7 +312,7 @@ cdef class FilterDispatcher(Engine):
         key = (id(signature), len(args), tuple(kwargs))
         plan = self.plans.get(key)
         if plan is None or plan.signature is not signature:
-            plan = _make_plan(signature, args, kwargs)
+            plan = make_plan(signature, args, kwargs)
             if len(self.plans) >= MAX_PLANS:
                 self.plans.clear()
             self.plans[key] = plan
@@ -636,7 +402,7 @@ cdef class FilterDispatcher(Engine):
         cdef Py_ssize_t i
         cdef tuple sources = plan.sources
         for i in range(PyTuple_GET_SIZE(sources)):
-            value = _source(<object>PyTuple_GET_ITEM(sources, i), args, kwargs)
+            value = bound_argument(<object>PyTuple_GET_ITEM(sources, i), args, kwargs)
             if type(value) is not _ARRAY_TYPE:
                 roots = hash_mix(roots, <Py_uhash_t><PyObject*>value)
         self.arm = roots == self.last_roots
@@ -659,7 +425,10 @@ cdef class FilterDispatcher(Engine):
         self.arm = False
         cdef SameCall same = None
         try:
-            same = _record_same(self, call, previous, leaves)
+            fields = PyObject_GenericGetDict(<object>call.function, NULL)
+            plan = self.plan_for(<object>PyDict_GetItem(fields, _SIGNATURE), <tuple>call.args,
+                                 <dict>call.kwargs)
+            same = record_same(call, previous, leaves, plan)
         except Exception:
             pass   # not recorded: the call runs as it would have
         if same is None:

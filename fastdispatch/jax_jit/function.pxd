@@ -4,36 +4,11 @@ from cpython.object cimport PyObject
 from fastdispatch.core.cache cimport CacheEntry, CompiledFunctionCache
 from fastdispatch.core.engine cimport Call, CallTimes, Engine, PreviousCall
 from fastdispatch.core.signature cimport CallSignature
+from fastdispatch.jax_jit.layout cimport CallLayout
 
 cdef extern from "Python.h":
     ctypedef PyObject* (*vectorcallfunc)(PyObject* callable, PyObject* const* args,
                                          size_t nargsf, PyObject* kwnames)
-
-
-@cython.final
-cdef class CallLayout:
-    cdef object kwnames                    # the call's keyword names (a tuple), or None
-    cdef Py_ssize_t nargs                  # positional arguments
-    cdef tuple leaf_index                  # argv index of each leaf, flatten order; None: 0..nargs-1
-    # Per leaf_index entry: None (a leaf), or the exact list or tuple type
-    # whose items are its leaves; None for all: every entry is a leaf.
-    cdef tuple containers
-    cdef tuple lengths                     # per leaf_index entry: the container's length (0 for a leaf)
-    cdef tuple static_index                # argv index of each static argument, static_args order
-    # The leaves, in flatten order, of a call laid out like this one whose
-    # leaves and static arguments pass the signature's guard (jax's context is
-    # not compared here); else None.
-    cdef tuple guard(self, Call* call, CallSignature signature)
-    cdef tuple _gather(self, PyObject** argv)
-    cdef bint _statics_match(self, PyObject** argv, tuple static_args)
-
-
-@cython.final
-cdef class CallShape:
-    cdef Py_ssize_t nargs                  # positional arguments
-    cdef object kwnames                    # keyword names (a tuple), or None
-    cdef tuple arg_types                   # the type of each argument in the array
-    cdef bint matches(self, Call* call)
 
 
 @cython.final

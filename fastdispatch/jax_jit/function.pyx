@@ -25,20 +25,19 @@ import types
 
 cimport cython
 from cpython.object cimport PyObject
-from cpython.ref cimport Py_INCREF
 from cpython.sequence cimport PySequence_Fast_ITEMS
-from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE, PyTuple_New, PyTuple_SET_ITEM
+from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE
 
 from fastdispatch.core.cache cimport CacheEntry, CompiledFunctionCache
 from fastdispatch.core.engine cimport (
     Call, CallTimes, Engine, Found, PreviousCall, found_arguments, found_entry, keep,
     trace_context, trace_sink, jax_state_hand_off, warm_store)
 from fastdispatch.core.execute cimport TO_JAX_NOW, Executable, make_executable
-from fastdispatch.core.keys cimport same_items
 from fastdispatch.core.outputs cimport output_tree
 from fastdispatch.core.pytree.flatten cimport flatten_into
 from fastdispatch.core.pytree.treedef cimport TreeDef
-from fastdispatch.core.signature cimport CallSignature, LEAF_HOST, classify_leaf
+from fastdispatch.core.signature cimport CallSignature
+from fastdispatch.jax_jit.layout cimport CallShape, layout_of, shape_of, tuple_from_array
 from fastdispatch.core.cache import default_cache
 from fastdispatch import _jax, _reasons
 from fastdispatch._reasons import NotFast
@@ -124,15 +123,6 @@ def _first(triple):
     return triple[0]
 
 
-cdef tuple _tuple_from_array(PyObject** items, Py_ssize_t n):
-    cdef tuple result = PyTuple_New(n)
-    cdef Py_ssize_t i
-    for i in range(n):
-        Py_INCREF(<object>items[i])
-        PyTuple_SET_ITEM(result, i, <object>items[i])
-    return result
-
-
 cdef dict _kwargs_from_array(PyObject** items, Py_ssize_t nargs, PyObject* kwnames):
     if kwnames == NULL:
         return _NO_KWARGS
@@ -142,148 +132,6 @@ cdef dict _kwargs_from_array(PyObject** items, Py_ssize_t nargs, PyObject* kwnam
     for i in range(PyTuple_GET_SIZE(names)):
         kwargs[<object>PyTuple_GET_ITEM(names, i)] = <object>items[nargs + i]
     return kwargs
-
-
-cdef inline bint _all_keyable(tuple values):
-    for value in values:
-        if classify_leaf(value) > LEAF_HOST:
-            return False
-    return True
-
-
-cdef inline object _container_of(object value):
-    """The exact list or tuple type of a value whose items are all leaves jax
-    keys (``f(x, w=[w1, w2])``), else None."""
-    cdef type kind = type(value)
-    if (kind is list or kind is tuple) and _all_keyable(tuple(value)):
-        return kind
-    return None
-
-
-cdef inline bint _same_keywords(PyObject* kwnames, object expected):
-    """A call's keyword names (NULL: none) are ``expected`` (a tuple, or None).
-    Names compared by address: identifiers are interned, and a call site
-    passes the very same names (often the very same tuple) every time."""
-    if kwnames == NULL or expected is None:
-        return kwnames == NULL and expected is None
-    return same_items(<tuple>kwnames, <tuple>expected)
-
-
-@cython.final
-cdef class CallLayout:
-    """Where the leaves of a call sit in its argument array, for calls whose
-    every dynamic argument is a leaf or a list or tuple of leaves, e.g.
-    ``f(x, y)``, ``f(x, lr=0.1, mode="eval")``, ``f(x, 3, y=y)`` with the 3
-    static, or ``f(x, w=[w1, w2], b=[b1, b2])``.
-
-    A call with the same keyword names, in the same order, as many positional
-    arguments, and lists and tuples of the same lengths where the previous
-    call had them, has the previous call's structure: its leaves can be read
-    from the array, in jax's order (positional, then keywords by sorted name;
-    a list's items in order), without flattening, and its static values
-    compared in place."""
-
-    cdef tuple guard(self, Call* call, CallSignature signature):
-        """The call's leaves, in flatten order, where the call is laid out as
-        this one and they and its static arguments pass the signature's
-        guard; else None."""
-        cdef Py_ssize_t nargs = PyVectorcall_NARGS(call.nargsf)
-        cdef tuple leaves
-        if nargs != self.nargs or not _same_keywords(call.kwnames, self.kwnames):
-            return None
-        if not self._statics_match(call.argv, signature.static_args):
-            return None
-        if self.leaf_index is None:
-            if signature.matches_leaves(call.argv, nargs):
-                return _tuple_from_array(call.argv, nargs)
-            return None
-        leaves = self._gather(call.argv)
-        if leaves is not None and signature.matches_leaves(PySequence_Fast_ITEMS(leaves),
-                                                           PyTuple_GET_SIZE(leaves)):
-            return leaves
-        return None
-
-    cdef tuple _gather(self, PyObject** argv):
-        """The call's leaves, or None where a list or tuple is not the previous
-        call's type and length (only the guard asks that of a new call)."""
-        cdef Py_ssize_t i, n = PyTuple_GET_SIZE(self.leaf_index)
-        cdef tuple leaves
-        cdef object item
-        if self.containers is None:
-            leaves = PyTuple_New(n)
-            for i in range(n):
-                item = <object>argv[<Py_ssize_t><object>PyTuple_GET_ITEM(self.leaf_index, i)]
-                Py_INCREF(item)
-                PyTuple_SET_ITEM(leaves, i, item)
-            return leaves
-        cdef list gathered = []
-        for i in range(n):
-            item = <object>argv[<Py_ssize_t><object>PyTuple_GET_ITEM(self.leaf_index, i)]
-            kind = <object>PyTuple_GET_ITEM(self.containers, i)
-            if kind is None:
-                gathered.append(item)
-            elif (type(item) is kind and len(item)
-                    == <Py_ssize_t><object>PyTuple_GET_ITEM(self.lengths, i)):
-                gathered.extend(item)
-            else:
-                return None
-        return tuple(gathered)
-
-    cdef bint _statics_match(self, PyObject** argv, tuple static_args):
-        # static_args holds (name, type, value) triples in static_index's order.
-        cdef Py_ssize_t i
-        for i in range(PyTuple_GET_SIZE(self.static_index)):
-            value = <object>argv[<Py_ssize_t><object>PyTuple_GET_ITEM(self.static_index, i)]
-            expected = <object>PyTuple_GET_ITEM(static_args, 3 * i + 2)
-            if type(value) is not <object>PyTuple_GET_ITEM(static_args, 3 * i + 1):
-                return False
-            if value is not expected:
-                try:
-                    if not value == expected:
-                        return False
-                except Exception:
-                    return False    # the general path reports it as jax does
-        return True
-
-
-cdef CallLayout _layout_of(tuple args, dict kwargs, object kwnames,
-                           frozenset static_names, CallSignature signature):
-    """The CallLayout of a call, or None when some dynamic argument is neither
-    a leaf nor a list or tuple of leaves."""
-    cdef tuple static_args = signature.static_args
-    cdef Py_ssize_t nargs = PyTuple_GET_SIZE(args)
-    # Static positions come first in static_args, in increasing order.
-    cdef tuple static_positions = tuple([label for label in static_args[::3] if type(label) is int])
-    cdef tuple dynamic_positions = tuple([i for i in range(nargs) if i not in static_positions])
-    dynamic_names = sorted(name for name in kwnames or () if name not in static_names)
-    cdef list values = [args[i] for i in dynamic_positions] + [kwargs[name] for name in dynamic_names]
-    # None for a leaf, else the list or tuple type of leaves it is.
-    cdef list kinds = []
-    for value in values:
-        kind = None
-        if classify_leaf(value) > LEAF_HOST:
-            kind = _container_of(value)
-            if kind is None:
-                return None
-        kinds.append(kind)
-    containers = tuple(kinds)
-    cdef CallLayout layout = CallLayout.__new__(CallLayout)  # leaf_index, containers, lengths: None
-    layout.kwnames = kwnames
-    layout.nargs = nargs
-    layout.static_index = static_positions
-    cdef bint nested = any(kind is not None for kind in containers)
-    if kwnames is not None or static_positions or nested:
-        layout.leaf_index = dynamic_positions + tuple(
-            nargs + kwnames.index(name) for name in dynamic_names)
-        layout.static_index += tuple(
-            nargs + kwnames.index(name)
-            for name in sorted(name for name in kwnames or () if name in static_names))
-    if nested:
-        layout.containers = containers
-        layout.lengths = tuple([0 if kind is None else len(value)
-                                for value, kind in zip(values, containers)])
-    num_leaves = sum([1 if kind is None else len(value) for value, kind in zip(values, containers)])
-    return layout if num_leaves == signature.treedef.num_leaves else None
 
 
 cdef inline str _hand_off_reason(PreviousJitCall previous, tuple leaves):
@@ -302,37 +150,6 @@ cdef inline str _hand_off_reason(PreviousJitCall previous, tuple leaves):
             PySequence_Fast_ITEMS(leaves)):
         return _NEW_SCALAR
     return None
-
-
-@cython.final
-cdef class CallShape:
-    """How a call passed its arguments: how many positionally, under which
-    keyword names, of which types.  The engine's refusal memo holds the shape
-    of the last call jax.jit took for what its arguments are (see parse)."""
-
-    cdef bint matches(self, Call* call):
-        """The call's argument array holds as many arguments of the same
-        types, under the same keyword names."""
-        cdef Py_ssize_t i, n = PyVectorcall_NARGS(call.nargsf)
-        if n != self.nargs or not _same_keywords(call.kwnames, self.kwnames):
-            return False
-        if call.kwnames != NULL:
-            n += PyTuple_GET_SIZE(<tuple>call.kwnames)
-        for i in range(n):
-            if type(<object>call.argv[i]) is not <object>PyTuple_GET_ITEM(self.arg_types, i):
-                return False
-        return True
-
-
-cdef CallShape _shape_of(Call* call):
-    cdef CallShape shape = CallShape.__new__(CallShape)
-    shape.nargs = PyVectorcall_NARGS(call.nargsf)
-    shape.kwnames = None if call.kwnames == NULL else <object>call.kwnames
-    cdef Py_ssize_t n = shape.nargs
-    if call.kwnames != NULL:
-        n += PyTuple_GET_SIZE(<tuple>call.kwnames)
-    shape.arg_types = tuple([type(<object>call.argv[i]) for i in range(n)])
-    return shape
 
 
 @cython.final
@@ -481,7 +298,7 @@ cdef class CompiledFunction(Engine):
             return None
         # Static arguments split off, the dynamic ones flattened.
         cdef Py_ssize_t nargs = PyVectorcall_NARGS(call.nargsf)
-        cdef tuple args = _tuple_from_array(call.argv, nargs)
+        cdef tuple args = tuple_from_array(call.argv, nargs)
         cdef dict kwargs = _kwargs_from_array(call.argv, nargs, call.kwnames)
         cdef tuple static_args = ()
         if self._has_static:
@@ -502,7 +319,7 @@ cdef class CompiledFunction(Engine):
         Compiled costs ~0.2 ms, since jax caches both the trace and the
         executable."""
         cdef Py_ssize_t nargs = PyVectorcall_NARGS(call.nargsf)
-        traced = self._jitted.trace(*_tuple_from_array(call.argv, nargs),
+        traced = self._jitted.trace(*tuple_from_array(call.argv, nargs),
                                     **_kwargs_from_array(call.argv, nargs, call.kwnames))
         compiled = traced.lower().compile()
         cdef tuple built
@@ -537,7 +354,7 @@ cdef class CompiledFunction(Engine):
         if store.checked:
             nargs = PyVectorcall_NARGS(call.nargsf)
             return store.checked_key(self.fun, self._jitted, self._options, signature,
-                                     _tuple_from_array(call.argv, nargs),
+                                     tuple_from_array(call.argv, nargs),
                                      _kwargs_from_array(call.argv, nargs, call.kwnames))
         return store.key(self.fun, self._options, signature)
 
@@ -568,14 +385,14 @@ cdef class CompiledFunction(Engine):
     cdef void remember(self, Call* call, CacheEntry entry, CallSignature signature):
         """Make this call the guard's guess for the next one."""
         cdef Py_ssize_t nargs = PyVectorcall_NARGS(call.nargsf)
-        cdef tuple args = _tuple_from_array(call.argv, nargs)
+        cdef tuple args = tuple_from_array(call.argv, nargs)
         cdef dict kwargs = _kwargs_from_array(call.argv, nargs, call.kwnames)
         cdef PreviousJitCall previous = PreviousJitCall.__new__(PreviousJitCall)
         previous.entry = entry
         previous.signature = signature
-        previous.layout = _layout_of(args, kwargs,
-                                     None if call.kwnames == NULL else <object>call.kwnames,
-                                     self._static_argnames, signature)
+        previous.layout = layout_of(args, kwargs,
+                                    None if call.kwnames == NULL else <object>call.kwnames,
+                                    self._static_argnames, signature)
         previous.hand_off_guarded = (previous.layout is not None and entry.executable is None
                                      and entry.hand_off_reason is _HOST_DATA)
         self.previous = previous
@@ -588,20 +405,20 @@ cdef class CompiledFunction(Engine):
         arguments are trees: the next call laid out alike goes to jax.jit
         before it is flattened (see parse)."""
         if entry is None:
-            self.remember_refusal(_shape_of(call), reason)
+            self.remember_refusal(shape_of(call), reason)
             return
         cdef PreviousJitCall previous = <PreviousJitCall>self.previous
         if previous is None or previous.entry is not entry or previous.layout is not None:
             return
         if reason is _HOST_DATA or reason is _NEW_SCALAR:
-            self.remember_refusal(_shape_of(call), reason)
+            self.remember_refusal(shape_of(call), reason)
 
     cdef object returned(self, Call* call, object out):
         """The one post-hook check, then the output."""
         cdef Py_ssize_t nargs
         if _global_post_hook is not None or _thread_post_hooks:
             nargs = PyVectorcall_NARGS(call.nargsf)
-            _call_post_hook(self, _tuple_from_array(call.argv, nargs),
+            _call_post_hook(self, tuple_from_array(call.argv, nargs),
                             _kwargs_from_array(call.argv, nargs, call.kwnames), out)
         return out
 
