@@ -47,7 +47,7 @@ Runs a Python program with jax.jit routed through fastdispatch.jit.
 
 options:
   --trace               print a dispatch report on stderr at exit: calls, hits,
-                        compiles, fallbacks, overhead per function, and what
+                        compiles, hand-offs, overhead per function, and what
                         changed in the signature at each recompile; where the
                         wall time went (compiled calls, compiling, eager ops,
                         host syncs) and findings: what to change, at your line

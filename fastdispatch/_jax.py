@@ -843,7 +843,7 @@ def jax_cache_unwritten():
 # jax.jit dispatches a call in one of two ways: its C++ fast path, which then calls
 # jax's post hook (also jax_debug_nans's check) as hook(jitted, args, kwargs,
 # outputs); or its Python path, for every call the fast path hands back (a miss, a
-# fallback, a call under a transformation).  Watching both replaces no public name.
+# hand-off, a call under a transformation).  Watching both replaces no public name.
 _pjit = _need("jax._src.pjit")
 _post_hook_state = _need("jax._src.api", "_post_hook_state")
 # moved: from 0.9 the Python path is _run_python_pjit(p, args_flat, fun, args,

@@ -40,7 +40,7 @@ def jit(request):
 class RecordedCall(NamedTuple):
     fn: object  # the jitted function (a CompiledFunction, a filter_jit wrapper, ...)
     hit: bool  # it ran on the fast path
-    fallback: str | None  # why it did not, or None (a hit, a compile)
+    hand_off: str | None  # why it did not, or None (a hit, a compile)
     signature: object  # its CallSignature, or None
 
 
@@ -50,9 +50,9 @@ class RecordingSink:
     def __init__(self):
         self.calls = []
 
-    def record(self, fn, times, hit, compile_ns, fallback, signature):
+    def record(self, fn, times, hit, compile_ns, hand_off, signature):
         assert len(times) == 6 and list(times) == sorted(times)
-        self.calls.append(RecordedCall(fn, hit, fallback, signature))
+        self.calls.append(RecordedCall(fn, hit, hand_off, signature))
 
 
 @pytest.fixture

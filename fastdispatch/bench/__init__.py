@@ -4,7 +4,7 @@ Groups of workloads, each timed on its implementations side by side with the
 raw PjRt limit, and checked against the group's reference first:
 
     dispatch   jax.jit (reference), fastdispatch.jit, equinox.filter_jit   (dispatch.py);
-               also one row per fallback reason (fastdispatch hands the call
+               also one row per hand-off reason (fastdispatch hands the call
                to jax.jit) and flax TrainState steps on numpy batches
     equinox    equinox.filter_jit (reference), fastdispatch.filter_jit      (eqx.py)
     flax       flax.nnx.jit (reference), its tree mode, nnx.cached_partial,

@@ -5,8 +5,8 @@ Array sizes are tiny on purpose: the point is dispatch, not compute.  A workload
 with ``given`` functions (device_put) times those as they are, instead of
 wrapping ``fun``.
 
-The ``fallback_*`` rows (and ``numpy_args``, ``step_counter``) time calls that
-fastdispatch hands to jax.jit, one row per reason (docs/tracing.md, "Fallbacks"):
+The ``hand_off_*`` rows (and ``numpy_args``, ``step_counter``) time calls that
+fastdispatch hands to jax.jit, one row per reason (docs/tracing.md, "Hand-offs"):
 their ``hand_off`` names it, the report checks that fastdispatch.trace counts it,
 and the summary holds each to at most 1 us above jax.jit instead of the ratio
 targets.  The error rows' calls raise: each loop catches the error, and
@@ -334,26 +334,28 @@ def too_large_step(fn, args, kwargs, n):
 
 
 _NO_EQX_ERROR = "filter_jit makes non-array arguments static: no error"
-_FALLBACK_NOTE = "fastdispatch hands every call to jax.jit"
+_HAND_OFF_NOTE = "fastdispatch hands every call to jax.jit"
 
 
-def _fallback(name: str, title: str, fun: Callable, make_args: Callable, reason: str, note: str, **options):
+def _hand_off_row(
+    name: str, title: str, fun: Callable, make_args: Callable, reason: str, note: str, **options
+):
     return Workload(
-        name, title, fun, make_args, hand_off=reason, note=f"{reason!r}: {note}; {_FALLBACK_NOTE}", **options
+        name, title, fun, make_args, hand_off=reason, note=f"{reason!r}: {note}; {_HAND_OFF_NOTE}", **options
     )
 
 
-FALLBACKS = [
-    _fallback(
-        "fallback_numpy_tree",
+HAND_OFFS = [
+    _hand_off_row(
+        "hand_off_numpy_tree",
         "numpy batch beside a 4-array param dict",
         forward,
         _numpy_tree_args,
         "numpy arguments",
         "forward(params, x): 4 arrays and a numpy f32[4,8]; raw limit has x already on the device",
     ),
-    _fallback(
-        "fallback_new_scalar_tree",
+    _hand_off_row(
+        "hand_off_new_scalar_tree",
         "4-array param dict and a Python int step counter",
         decay_params,
         lambda: ((make_params(1.0, FEW_LAYERS), 0), {}),
@@ -362,8 +364,8 @@ FALLBACKS = [
         loop=step_counter,
         skip={EQUINOX: "filter_jit makes step: int static: a compile every call"},
     ),
-    _fallback(
-        "fallback_tracer",
+    _hand_off_row(
+        "hand_off_tracer",
         "called inside jax.vmap",
         add,
         _batched_args,
@@ -372,8 +374,8 @@ FALLBACKS = [
         "raw limit runs f on the batched arrays",
         loop=under_vmap,
     ),
-    _fallback(
-        "fallback_disable_jit",
+    _hand_off_row(
+        "hand_off_disable_jit",
         "two arrays under jax.disable_jit()",
         add,
         _two_arrays,
@@ -381,8 +383,8 @@ FALLBACKS = [
         "the loop's n calls inside one `with jax.disable_jit():`, so jax runs f op by op",
         loop=jit_disabled,
     ),
-    _fallback(
-        "fallback_unsupported_leaf",
+    _hand_off_row(
+        "hand_off_unsupported_leaf",
         "a str argument (raises)",
         tagged,
         lambda: ((_vec(1.0), "tag"), {}),
@@ -392,8 +394,8 @@ FALLBACKS = [
         raises=True,
         skip={EQUINOX: _NO_EQX_ERROR},
     ),
-    _fallback(
-        "fallback_static_error",
+    _hand_off_row(
+        "hand_off_static_error",
         "an unhashable static argument (raises)",
         sized,
         lambda: ((_vec(1.0), [1, 2]), {}),
@@ -404,8 +406,8 @@ FALLBACKS = [
         jit_options={"static_argnums": 1},
         skip={EQUINOX: _NO_EQX_ERROR},
     ),
-    _fallback(
-        "fallback_scalar_conversion",
+    _hand_off_row(
+        "hand_off_scalar_conversion",
         "a Python int too large for int32 (raises)",
         decay_params,
         _conversion_args,
@@ -679,7 +681,7 @@ WORKLOADS = [
         add,
         lambda: ((np.ones(4, np.float32), np.full(4, 2.0, np.float32)), {}),
         hand_off="numpy arguments",
-        note=f"'numpy arguments': {_FALLBACK_NOTE}; raw limit has the arguments already on the device",
+        note=f"'numpy arguments': {_HAND_OFF_NOTE}; raw limit has the arguments already on the device",
     ),
     Workload(
         "positional_200", "200 positional arrays", total, lambda: (tuple(_vec(i) for i in range(200)), {})
@@ -722,7 +724,7 @@ WORKLOADS = [
         loop=step_counter,
         skip={EQUINOX: "filter_jit makes step: int static: a compile every call"},
         hand_off="new scalar value",
-        note=f"'new scalar value': {_FALLBACK_NOTE}; decay(x, step) with step += 1 every call; "
+        note=f"'new scalar value': {_HAND_OFF_NOTE}; decay(x, step) with step += 1 every call; "
         "raw limit runs step 0 every time",
     ),
     Workload(
@@ -790,7 +792,7 @@ WORKLOADS = [
         skip={EQUINOX: "not traced"},
         note="fastdispatch runs under `with fastdispatch.trace():`; not in the summary",
     ),
-    *FALLBACKS,
+    *HAND_OFFS,
     *TRAINSTATE,
     Workload(
         "kwargs_dense",

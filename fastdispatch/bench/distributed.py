@@ -123,7 +123,7 @@ def worker(repeats: int, steps: int) -> None:
         got = train(ours, params, x, y, SYNC_EVERY)
     (stats,) = t.stats().values()
     problems = _differences(expected, got)
-    if stats["compiles"] != 1 or stats["fallbacks"] or stats["hits"] != SYNC_EVERY - 1:
+    if stats["compiles"] != 1 or stats["hand_offs"] or stats["hits"] != SYNC_EVERY - 1:
         problems.append(f"fastdispatch left its fast path: {stats}")
 
     compiled = reference.lower(params, x, y, LEARNING_RATE).compile()
@@ -261,7 +261,7 @@ def format_rows(results: list[dict], repeats: int, steps: int) -> str:
         fast = r["fast_path"]
         lines.append(
             f"process {r['process']}: fastdispatch {fast['hits']} hits, {fast['compiles']} compile, "
-            f"fallbacks {fast['fallbacks'] or 'none'} over its {fast['calls']} checked calls"
+            f"hand-offs {fast['hand_offs'] or 'none'} over its {fast['calls']} checked calls"
         )
         lines += [f"process {r['process']}: PROBLEM: {problem}" for problem in r["problems"]]
     return "\n".join(lines)

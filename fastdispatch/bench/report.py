@@ -12,7 +12,7 @@ GEOMEAN_TARGET = 0.8  # geometric mean of fastdispatch/jax.jit
 MAX_TARGET = 1.0  # never slower than jax.jit
 OVERHEAD_TARGET = 0.25  # (fd - raw) / (jax - raw) on pytree-heavy calls
 ABOVE_RAW_TARGET_US = 0.5  # fixed cost per call above the raw limit
-FALLBACK_TARGET_US = 1.0  # a hand-off to jax.jit (hand_off rows): fastdispatch - jax.jit
+HAND_OFF_TARGET_US = 1.0  # a hand-off to jax.jit (hand_off rows): fastdispatch - jax.jit
 # 100+ leaves.  Not sgd_donated: its raw limit is the non-donated twin's, which allocates
 # the outputs that donation saves, so its overhead ratio reads low.
 PYTREE_HEAVY = ("positional_200", "sgd_params", "adam_step")
@@ -55,12 +55,12 @@ def format_table(results: list[Result], impls: list[str]) -> str:
         rows.append(cells)
         if w.note:
             notes.append(f"{w.name}: {w.note}")
-        if res.fallbacks:
+        if res.hand_offs:
             reasons = ", ".join(
-                f"{why!r} on {calls} of {FED_BACK_CALLS} calls" for why, calls in res.fallbacks.items()
+                f"{why!r} on {calls} of {FED_BACK_CALLS} calls" for why, calls in res.hand_offs.items()
             )
             notes.append(f"{w.name}: fastdispatch left its fast path: {reasons}")
-        if w.hand_off and FASTDISPATCH in res.samples and w.hand_off not in res.fallbacks:
+        if w.hand_off and FASTDISPATCH in res.samples and w.hand_off not in res.hand_offs:
             notes.append(f"{w.name}: EXPECTED fastdispatch to hand off for {w.hand_off!r}")
         for name, why in res.skipped.items():
             notes.append(f"{w.name}: {name} not timed: {why}")
@@ -127,7 +127,7 @@ def dispatch_summary(results: list[Result]) -> list[dict]:
                 _item(
                     f"hand-off {res.workload.hand_off!r}, {res.workload.name}: fd - jax.jit, us",
                     above,
-                    FALLBACK_TARGET_US,
+                    HAND_OFF_TARGET_US,
                 )
             )
     return items
@@ -200,7 +200,7 @@ def to_json(results: list[Result], meta: dict, summaries: dict, extra: dict | No
                 "us_per_call": {name: res.median(name) for name in res.samples},
                 "samples_us": res.samples,
                 "skipped": res.skipped,
-                "fastdispatch_fallbacks": res.fallbacks,
+                "fastdispatch_hand_offs": res.hand_offs,
                 "ratios_to_reference": {name: res.ratio(name) for name in res.samples},
                 "fastdispatch_over_reference": res.ratio(),
                 "overhead_ratio": res.overhead_ratio(),

@@ -50,7 +50,7 @@ class Result:
     samples: dict = dataclasses.field(default_factory=dict)  # impl -> [us per call, one per repeat]
     skipped: dict = dataclasses.field(default_factory=dict)  # impl -> why it has no timing
     error: str = ""  # why the whole row has no timing
-    fallbacks: dict = dataclasses.field(
+    hand_offs: dict = dataclasses.field(
         default_factory=dict
     )  # fastdispatch.trace: reason -> calls of FED_BACK_CALLS
 
@@ -134,7 +134,7 @@ def _run_checked(w: Workload, impls: list[Impl], repeats: int, target_s: float, 
         else:
             loops[impl.name] = _bind(w, fn, context)
             if impl.name == FASTDISPATCH and not w.traced:
-                result.fallbacks = _fallbacks(w, fn)
+                result.hand_offs = _hand_offs(w, fn)
     why = "the calls raise: no executable runs" if w.raises else ""
     try:
         if not why:
@@ -173,7 +173,7 @@ def _outputs(w: Workload, fn: Callable, context: Callable | None = None) -> tupl
     return first, last
 
 
-def _fallbacks(w: Workload, fn: Callable) -> dict:
+def _hand_offs(w: Workload, fn: Callable) -> dict:
     """Why fastdispatch left its fast path, by reason: calls out of FED_BACK_CALLS (after
     the checks, so compiled already), as fastdispatch.trace counts them."""
     trace = _trace_context()
@@ -184,7 +184,7 @@ def _fallbacks(w: Workload, fn: Callable) -> dict:
         w.loop(fn, args, kwargs, FED_BACK_CALLS)
     counts = collections.Counter()
     for stats in t.stats().values():
-        counts.update(stats.get("fallbacks", {}))
+        counts.update(stats.get("hand_offs", {}))
     return dict(counts)
 
 

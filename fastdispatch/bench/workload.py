@@ -107,9 +107,9 @@ class Workload:
     # The calls raise (each loop catches every error): implementations are checked
     # to raise the reference's error, type and message; no raw limit.
     raises: bool = False
-    # The fallback reason fastdispatch hands this row's calls to jax.jit for: the report
+    # The hand-off reason fastdispatch hands this row's calls to jax.jit for: the report
     # says where fastdispatch.trace counts another, and the summary holds the row to
-    # FALLBACK_TARGET_US above jax.jit rather than to the ratio targets.
+    # HAND_OFF_TARGET_US above jax.jit rather than to the ratio targets.
     hand_off: str = ""
     needs: tuple[str, ...] = ()  # modules the workload imports: without one, the row says so
 

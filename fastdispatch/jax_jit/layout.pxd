@@ -1,6 +1,8 @@
 # How a jit call passed its arguments, for its guard and its refusal memo.
 cimport cython
 from cpython.object cimport PyObject
+from cpython.ref cimport Py_INCREF
+from cpython.tuple cimport PyTuple_New, PyTuple_SET_ITEM
 from fastdispatch.core.engine cimport Call
 from fastdispatch.core.signature cimport CallSignature
 
@@ -31,11 +33,19 @@ cdef class CallShape:
     cdef bint matches(self, Call* call)
 
 
-# The n arguments at ``items`` as a tuple.
-cdef tuple tuple_from_array(PyObject** items, Py_ssize_t n)
 # The CallLayout of a call, or None when some dynamic argument is neither a
 # leaf nor a list or tuple of leaves.
 cdef CallLayout layout_of(tuple args, dict kwargs, object kwnames, frozenset static_names,
                           CallSignature signature)
 # The CallShape of a call.
 cdef CallShape shape_of(Call* call)
+
+
+cdef inline tuple tuple_from_array(PyObject** items, Py_ssize_t n):
+    """The n arguments at ``items`` as a tuple."""
+    cdef tuple result = PyTuple_New(n)
+    cdef Py_ssize_t i
+    for i in range(n):
+        Py_INCREF(<object>items[i])
+        PyTuple_SET_ITEM(result, i, <object>items[i])
+    return result

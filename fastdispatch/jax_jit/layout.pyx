@@ -19,15 +19,6 @@ cdef extern from "Python.h":
     Py_ssize_t PyVectorcall_NARGS(size_t nargsf)
 
 
-cdef tuple tuple_from_array(PyObject** items, Py_ssize_t n):
-    cdef tuple result = PyTuple_New(n)
-    cdef Py_ssize_t i
-    for i in range(n):
-        Py_INCREF(<object>items[i])
-        PyTuple_SET_ITEM(result, i, <object>items[i])
-    return result
-
-
 cdef inline bint _all_keyable(tuple values):
     for value in values:
         if classify_leaf(value) > LEAF_HOST:

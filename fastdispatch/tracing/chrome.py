@@ -33,18 +33,18 @@ def chrome_trace(events, thread_names, start_ns, process=None):
             event["args"] = args
         out.append(event)
 
-    for (name, location), times, hit, compile_ns, fallback, tid in events:
+    for (name, location), times, hit, compile_ns, hand_off, tid in events:
         span(
             name,
             "call",
             times[0],
             times[5],
             tid,
-            {"location": location, "hit": hit, "fallback": fallback, "compile_ms": compile_ns / 1e6},
+            {"location": location, "hit": hit, "hand_off": hand_off, "compile_ms": compile_ns / 1e6},
         )
-        if fallback is not None:
+        if hand_off is not None:
             # jax.jit ran the call: its phases are not fastdispatch's.
-            span(f"{name}: jax.jit ({fallback})", "fallback", times[0], times[5], tid)
+            span(f"{name}: jax.jit ({hand_off})", "hand_off", times[0], times[5], tid)
         else:
             for phase, begin, end in zip(PHASES, times, times[1:]):
                 if end > begin:

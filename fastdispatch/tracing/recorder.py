@@ -114,7 +114,7 @@ class FunctionStats:
         self.compiles = 0
         self.compile_ns = 0
         self.call_ns = 0  # end - start, summed over all calls
-        self.fallbacks = collections.Counter()
+        self.hand_offs = collections.Counter()
         self.fast_calls = 0  # hits that stayed on the fast path
         self.phase_ns = [0] * len(PHASES)  # summed over fast-path hits
         self.overhead_ns = 0  # summed over fast-path hits
@@ -131,7 +131,7 @@ class FunctionStats:
 
     def add_calls(self, phases, overhead, hit, fast):
         """Fold a batch of calls: ``phases`` (calls x 5 ns), ``overhead``
-        (ns per call) and the ``hit`` and ``fast`` (hit, no fallback) masks."""
+        (ns per call) and the ``hit`` and ``fast`` (hit, no hand-off) masks."""
         self.calls += len(phases)
         self.hits += int(hit.sum())
         self.call_ns += int(phases.sum())
@@ -153,7 +153,9 @@ class FunctionStats:
             "hits": self.hits,
             "compiles": self.compiles,
             "compile_seconds": self.compile_ns / 1e9,
-            "fallbacks": dict(self.fallbacks),
+            "hand_offs": dict(self.hand_offs),
+            # The same counts under the key published before: until 2027-06.
+            "fallbacks": dict(self.hand_offs),
             "overhead_ns": {
                 "mean": self.overhead_ns / fast,
                 "p50": self.overhead.quantile(0.50),
@@ -196,14 +198,14 @@ class Trace:
         remember_made(fn, sys._getframe(1))
 
     # -- the hook (hot: with the folding, ~0.7 us a call) ----------------
-    def record(self, fn, times, hit, compile_ns, fallback, signature):
+    def record(self, fn, times, hit, compile_ns, hand_off, signature):
         tid = get_ident()
         if tid not in self._thread_names:  # named now: a thread may end before the fold
             self._thread_names[tid] = threading.current_thread().name
-        # The user's line, for findings: taken on misses and fallbacks (rare)
+        # The user's line, for findings: taken on misses and hand-offs (rare)
         # and on calls that convert numpy data, never on a plain hit.
         site = None
-        if not hit or fallback is not None:
+        if not hit or hand_off is not None:
             site = user_site(sys._getframe(1))
         if signature is not None:
             host = self._host_bytes.get(id(signature))
@@ -220,9 +222,9 @@ class Trace:
         # What a compile's fold reads of the function is read now.
         key = self._key_of(fn)
         about = None
-        if compile_ns or (not hit and fallback is None):
+        if compile_ns or (not hit and hand_off is None):
             about = (_positional_names(fn), self._serial_of(fn), made_at(fn))
-        self._pending.append((key, times, hit, compile_ns, fallback, signature, tid, site, about))
+        self._pending.append((key, times, hit, compile_ns, hand_off, signature, tid, site, about))
         if len(self._pending) >= _FOLD_EVERY:
             self._fold()
 
@@ -240,16 +242,16 @@ class Trace:
             self._fold_batch(batch)
 
     def _fold_batch(self, batch):
-        call_keys, times, hits, compiles, fallbacks, signatures, tids, sites, abouts = zip(*batch)
+        call_keys, times, hits, compiles, hand_offs, signatures, tids, sites, abouts = zip(*batch)
         n = len(batch)
         stamps = np.fromiter(itertools.chain.from_iterable(times), np.int64, 6 * n).reshape(n, 6)
         phases = np.diff(stamps, axis=1)
         hit = np.array(hits, dtype=bool)
-        no_fallback = fallbacks.count(None) == n
-        fast = hit if no_fallback else hit & np.array([f is None for f in fallbacks])
+        no_hand_off = hand_offs.count(None) == n
+        fast = hit if no_hand_off else hit & np.array([f is None for f in hand_offs])
         # Dispatch overhead: the time of a call outside its executable launch.
         # Only hits on the fast path count: a miss's time is its compilation,
-        # a fallback's is jax's own dispatch (or tracing).
+        # a hand-off's is jax's own dispatch (or tracing).
         overhead = phases.sum(axis=1) - phases[:, _LAUNCH]
 
         distinct = set(call_keys)
@@ -262,15 +264,15 @@ class Trace:
         for key, rows in groups:
             self._functions[key].add_calls(phases[rows], overhead[rows], hit[rows], fast[rows])
 
-        # Misses, compiles and fallbacks are rare: one at a time, in order.
-        if not (no_fallback and hit.all() and compiles.count(0) == n):
-            for key, one_hit, one_compile_ns, fallback, signature, site, about in zip(
-                call_keys, hits, compiles, fallbacks, signatures, sites, abouts
+        # Misses, compiles and hand-offs are rare: one at a time, in order.
+        if not (no_hand_off and hit.all() and compiles.count(0) == n):
+            for key, one_hit, one_compile_ns, hand_off, signature, site, about in zip(
+                call_keys, hits, compiles, hand_offs, signatures, sites, abouts
             ):
                 stats = self._functions[key]
-                if fallback is not None:
-                    stats.fallbacks[fallback] += 1
-                if one_compile_ns or (not one_hit and fallback is None):
+                if hand_off is not None:
+                    stats.hand_offs[hand_off] += 1
+                if one_compile_ns or (not one_hit and hand_off is None):
                     arg_names, serial, made = about
                     if signature is not None:
                         self._compiled[id(signature)] = (signature, key)
@@ -281,7 +283,7 @@ class Trace:
         # Keep the batch for the trace file (by function key: neither compiled
         # functions nor signatures stay alive), then only as many old batches
         # as the latest max_events calls need.
-        self._batches.append((list(call_keys), stamps, hits, compiles, fallbacks, tids))
+        self._batches.append((list(call_keys), stamps, hits, compiles, hand_offs, tids))
         self._batched_calls += n
         self._calls_seen += n
         while self._batched_calls - len(self._batches[0][0]) >= self.max_events:
@@ -377,11 +379,11 @@ class Trace:
 
     def latest_calls(self):
         """The latest (up to max_events) calls, oldest first, as tuples
-        ``((name, location), times, hit, compile_ns, fallback, tid)``."""
+        ``((name, location), times, hit, compile_ns, hand_off, tid)``."""
         self._fold()
         calls = []
-        for keys, stamps, hits, compiles, fallbacks, tids in self._batches:
-            calls += zip(keys, stamps.tolist(), hits, compiles, fallbacks, tids)
+        for keys, stamps, hits, compiles, hand_offs, tids in self._batches:
+            calls += zip(keys, stamps.tolist(), hits, compiles, hand_offs, tids)
         return calls[-self.max_events :]
 
     def chrome_trace(self):

@@ -43,7 +43,7 @@ def format_report(functions, wall_ns, process=None, summary=None):
         "compile s",
         "overhead us mean/p50/p99",
         "in calls",
-        "fallbacks",
+        "hand-offs",
     )
     rows = [header]
     for s in functions:
@@ -53,7 +53,7 @@ def format_report(functions, wall_ns, process=None, summary=None):
             if fast
             else "-"
         )
-        fallbacks = ", ".join(f"{reason} {n}" for reason, n in s.fallbacks.most_common())
+        hand_offs = ", ".join(f"{reason} {n}" for reason, n in s.hand_offs.most_common())
         rows.append(
             (
                 label(s),
@@ -63,7 +63,7 @@ def format_report(functions, wall_ns, process=None, summary=None):
                 f"{s.compile_ns / 1e9:.3f}",
                 overhead,
                 f"{100 * s.call_ns / wall_ns:.1f}%" if wall_ns else "-",
-                fallbacks or "-",
+                hand_offs or "-",
             )
         )
     lines += _table(rows, right_aligned=range(1, 7))

@@ -86,4 +86,4 @@ def test_the_benchmark_checks_then_times_every_process(tmp_path, capsys):
     assert [(row["process"], row["problems"]) for row in rows] == [(0, []), (1, [])]
     for row in rows:
         assert set(row["samples_us"]) == {"jax.jit", "fastdispatch", "raw"}
-        assert row["fast_path"]["compiles"] == 1 and not row["fast_path"]["fallbacks"]
+        assert row["fast_path"]["compiles"] == 1 and not row["fast_path"]["hand_offs"]

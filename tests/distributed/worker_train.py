@@ -64,7 +64,7 @@ stats = {entry["name"]: entry for entry in fastdispatch.stats().values()}
 assert set(stats) == {"train_step", "loss"}, stats
 for name, calls in (("train_step", steps + SYNC_EVERY), ("loss", steps)):
     entry = stats[name]
-    assert entry["calls"] == calls and entry["compiles"] == 1 and not entry["fallbacks"], entry
+    assert entry["calls"] == calls and entry["compiles"] == 1 and not entry["hand_offs"], entry
     assert entry["hits"] == calls - 1, entry  # every call after the first: 100% fast
 assert all(entry.is_fast for entry in step._cache_entries() + evaluate._cache_entries())
 

@@ -86,9 +86,9 @@ RECOMPILES = """\
     update({"a": jnp.ones(2)}, jnp.asarray(0.1))
     update({"a": jnp.ones(2)}, jnp.float32(0.1))              # compile 2: weak type
     update({"a": jnp.ones(2), "b": jnp.ones(2)}, jnp.float32(0.1))  # compile 3: tree
-    jax.grad(lambda x: scale(x).sum())(jnp.ones(4))           # fallback: tracer
+    jax.grad(lambda x: scale(x).sum())(jnp.ones(4))           # hand-off: tracer
     with jax.disable_jit():
-        scale(jnp.ones(4))                                    # fallback: disable_jit
+        scale(jnp.ones(4))                                    # hand-off: disable_jit
     jax.config.update("jax_enable_x64", True)
     scale(jnp.ones(4, jnp.float32))                           # compile 3: x64
     print("done", sys.argv[1:])
@@ -110,7 +110,7 @@ def test_traced_program_runs_with_its_own_argv(recompiles):
     assert result.stdout == "done ['a', '--b']\n"
 
 
-def test_report_rows_count_calls_compiles_and_fallbacks(recompiles):
+def test_report_rows_count_calls_compiles_and_hand_offs(recompiles):
     result, _ = recompiles
     stderr = result.stderr
     assert "fastdispatch trace:" in stderr

@@ -158,7 +158,7 @@ def capture_calls_of_every_kind(log_dir):
     compile_span = next(find([calls[1]], "compile"))
     assert children(compile_span) == ["PjitFunction(step)"], text
     assert list(find([compile_span], "backend_compile_and_load")), text
-    # A fallback says why, and jax.jit's call nests inside.
+    # A hand-off says why, and jax.jit's call nests inside.
     handoff = next(find([calls[6]], "jax.jit"))
     assert handoff[1] == {"reason": "numpy arguments"}, text
     assert children(handoff) == ["PjitFunction(step)"], text
@@ -181,7 +181,7 @@ def capture_calls_of_every_kind(log_dir):
     stats = {row["name"].rpartition(".")[2]: row for row in dispatch_trace.stats().values()}
     assert (stats["step"]["calls"], stats["step"]["compiles"]) == (8, 2), stats["step"]
     # (the numpy miss counts too: jax runs its entry)
-    assert stats["step"]["fallbacks"] == {"numpy arguments": 2, "tracer": 1}, stats["step"]["fallbacks"]
+    assert stats["step"]["hand_offs"] == {"numpy arguments": 2, "tracer": 1}, stats["step"]["hand_offs"]
     for (_, _), times, *_ in dispatch_trace.latest_calls():
         assert list(times) == sorted(times) and times[0] > 0
 

@@ -23,7 +23,7 @@ def test_trace_records_every_call_and_reports_it(tmp_path):
     (row,) = [r for r in t.stats().values() if r["name"].endswith("add")]
     assert (row["calls"], row["hits"], row["compiles"]) == (5, 4, 1)
     assert row["compile_seconds"] > 0
-    assert row["fallbacks"] == {}
+    assert row["hand_offs"] == {}
     overhead = row["overhead_ns"]
     assert 0 < overhead["p50"] <= overhead["p99"]
     assert overhead["mean"] < row["call_seconds"] * 1e9 / 5
@@ -60,7 +60,7 @@ def test_assert_max_compiles_names_the_function_and_what_changed():
     assert "compile 2: x: f32[4] -> f32[8]" in message
 
 
-def test_fallbacks_under_grad_are_recorded_with_their_reason():
+def test_hand_offs_under_grad_are_recorded_with_their_reason():
     @fastdispatch.jit
     def square(x):
         return (x * x).sum()
@@ -68,7 +68,7 @@ def test_fallbacks_under_grad_are_recorded_with_their_reason():
     with fastdispatch.trace() as t:
         jax.grad(square)(jnp.ones(2))
     (row,) = [r for r in t.stats().values() if r["name"].endswith("square")]
-    assert row["fallbacks"] == {"tracer": 1}
+    assert row["hand_offs"] == {"tracer": 1}
     assert row["compiles"] == 0
 
 

@@ -44,7 +44,7 @@ def test_equinox_rows_run_against_equinox_and_its_executable():
         assert not result.error and result.reference == eqx.EQX
         assert len(result.samples[FASTDISPATCH]) == 2, result.skipped
         assert len(result.samples[RAW]) == 2, result.skipped
-        assert not result.fallbacks
+        assert not result.hand_offs
 
 
 @needs_flax
@@ -54,7 +54,7 @@ def test_nnx_rows_run_against_flax_and_its_executable():
     for name in (nnx.TREE, nnx.CACHED, FASTDISPATCH, nnx.FD_CACHED, RAW):
         assert len(result.samples[name]) == 2, result.skipped
     # Fresh objects: one call on a graph no record proves yet, then the fast path.
-    assert result.fallbacks == {"new graph": 1}
+    assert result.hand_offs == {"new graph": 1}
     assert [item["name"] for item in report.nnx_summary([result])][0] == "fd/nnx.jit, MLP + Adam step"
 
 
@@ -67,17 +67,17 @@ def test_array_attributes_row_checks_their_updates():
     assert "values differ" in result.skipped[nnx.TREE]
 
 
-def test_fallback_rows_hand_off_for_their_reason():
+def test_hand_off_rows_hand_off_for_their_reason():
     impls = dispatch.implementations()
-    results = [tiny_run(name, impls) for name in ("fallback_numpy_tree", "fallback_scalar_conversion")]
+    results = [tiny_run(name, impls) for name in ("hand_off_numpy_tree", "hand_off_scalar_conversion")]
     for result in results:
         assert not result.error
         assert {dispatch.JAX, FASTDISPATCH} <= set(result.samples), result.skipped
-        assert result.workload.hand_off in result.fallbacks
+        assert result.workload.hand_off in result.hand_offs
     assert RAW in results[0].samples and "calls raise" in results[1].skipped[RAW]
     items = report.dispatch_summary(results)
     assert "geomean" in items[0]["name"] and items[0]["value"] is None  # hand-offs are not in it
-    assert [item["target"] for item in items[2:]] == [report.FALLBACK_TARGET_US] * 2
+    assert [item["target"] for item in items[2:]] == [report.HAND_OFF_TARGET_US] * 2
     table = report.format_table(results, [impl.name for impl in impls])
     assert "EXPECTED" not in table
 
@@ -86,7 +86,7 @@ def test_raising_row_compares_errors():
     def no_static(w):
         return jax.jit(w.fun)  # the list is traced, not hashed: no error
 
-    result = tiny_run("fallback_static_error", [dispatch.implementations()[0], Impl(FASTDISPATCH, no_static)])
+    result = tiny_run("hand_off_static_error", [dispatch.implementations()[0], Impl(FASTDISPATCH, no_static)])
     assert not result.error and dispatch.JAX in result.samples
     assert "Raised(type='ValueError'" in result.skipped[FASTDISPATCH]
 
@@ -103,7 +103,7 @@ def test_trainstate_row_on_numpy_batches():
     result = tiny_run("trainstate_np_u8", dispatch.implementations())
     assert not result.error
     assert {dispatch.JAX, FASTDISPATCH, RAW} <= set(result.samples), result.skipped
-    assert result.fallbacks == {"numpy arguments": 3}
+    assert result.hand_offs == {"numpy arguments": 3}
 
 
 def test_device_put_row_times_given_functions():
@@ -178,7 +178,7 @@ def test_distributed_rows_give_paired_ratios_per_process():
         "fastdispatch": {"call": [10.0, 10.0], "step": [2400.0, 3300.0]},
         "raw": {"call": [9.0, 9.0], "step": [2400.0, 3300.0]},
     }
-    fast = {"calls": 16, "hits": 15, "compiles": 1, "fallbacks": {}}
+    fast = {"calls": 16, "hits": 15, "compiles": 1, "hand_offs": {}}
     row = {
         "process": 0,
         "processes": 2,

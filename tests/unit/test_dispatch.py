@@ -15,7 +15,7 @@ from fastdispatch.tracing.explain import describe
 
 
 def reasons(sink):
-    return [fallback for _, _, fallback, _ in sink.calls]
+    return [hand_off for _, _, hand_off, _ in sink.calls]
 
 
 def test_hits_stay_on_the_fast_path(sink):
@@ -26,7 +26,7 @@ def test_hits_stay_on_the_fast_path(sink):
     x = jnp.ones(3)
     for _ in range(3):
         add(x, x)
-    assert [(hit, fallback) for _, hit, fallback, _ in sink.calls] == [
+    assert [(hit, hand_off) for _, hit, hand_off, _ in sink.calls] == [
         (False, None),
         (True, None),
         (True, None),
@@ -67,7 +67,7 @@ def test_effects_run_on_the_fast_path(sink, capfd):
     f(jnp.float32(1))
     f(jnp.float32(2))
     jax.effects_barrier()
-    assert [(hit, fallback) for _, hit, fallback, _ in sink.calls] == [(False, None), (True, None)]
+    assert [(hit, hand_off) for _, hit, hand_off, _ in sink.calls] == [(False, None), (True, None)]
     assert capfd.readouterr().out.split() == ["x=1.0", "x=2.0"]
 
 
@@ -336,7 +336,7 @@ def test_every_way_into_a_call_gives_the_same_result(sink):
     ]
     for call in calls * 2:
         np.testing.assert_array_equal(call(), want)
-    assert {fallback for _, _, fallback, _ in sink.calls} == {None}
+    assert {hand_off for _, _, hand_off, _ in sink.calls} == {None}
 
 
 def test_method_call_binds_self():
@@ -377,7 +377,7 @@ def test_keyword_calls_from_one_call_site_stay_right(sink):
     g = fastdispatch.jit(lambda x, *, n: x * n, static_argnames="n")
     assert [g(x, n=n).dtype for n in (2, 2.0, 2)] == [jnp.float32] * 3
     assert g._cache_size() == 2
-    assert {fallback for _, _, fallback, _ in sink.calls} == {None}
+    assert {hand_off for _, _, hand_off, _ in sink.calls} == {None}
 
 
 def test_keyword_leaves_that_change_kind_leave_the_layout():

@@ -15,10 +15,10 @@ def check_sharded_calls_are_fast():
 
     class Sink:
         def __init__(self):
-            self.fallbacks = []
+            self.hand_offs = []
 
-        def record(self, fn, times, hit, compile_ns, fallback, signature):
-            self.fallbacks.append(fallback)
+        def record(self, fn, times, hit, compile_ns, hand_off, signature):
+            self.hand_offs.append(hand_off)
 
     mesh = Mesh(np.array(jax.devices()).reshape(4, 2), ("data", "model"))
     rows = NamedSharding(mesh, P("data"))
@@ -42,7 +42,7 @@ def check_sharded_calls_are_fast():
             halved = scaled(x, 0.5)
     finally:
         _engine.set_trace_sink(None)
-    assert sink.fallbacks == [None] * 12, sink.fallbacks
+    assert sink.hand_offs == [None] * 12, sink.hand_offs
     assert doubled.sharding.is_equivalent_to(jax.jit(lambda a: a * 2)(x).sharding, 2)
     assert product.sharding == grid
     assert moved.sharding == jax.sharding.SingleDeviceSharding(jax.devices()[5])

@@ -19,7 +19,7 @@ from fastdispatch.core import pytree as _pytree
 
 
 def outcomes(sink):
-    return [(call.hit, call.fallback) for call in sink.calls]
+    return [(call.hit, call.hand_off) for call in sink.calls]
 
 
 # -- equinox's private names ------------------------------------------------------
@@ -238,7 +238,7 @@ def test_calls_equinox_runs_itself(sink):
     jax.grad(lambda v: f(v).sum())(jnp.ones(2))
     with jax.disable_jit():
         f(jnp.ones(2))
-    assert [fallback for _, fallback in outcomes(sink)] == [None, "tracer", "disable_jit"]
+    assert [hand_off for _, hand_off in outcomes(sink)] == [None, "tracer", "disable_jit"]
     g = fastdispatch.filter_jit(lambda x: jax.debug.callback(lambda v: None, x) or x)
     g(jnp.ones(2))
     g(jnp.ones(2))
@@ -257,7 +257,7 @@ def test_numpy_arguments_run_on_the_fast_path_as_equinox_converts_them(sink, dty
             assert (got.dtype, got.weak_type) == (want.dtype, want.weak_type)
             np.testing.assert_array_equal(got, want)
     assert [hit for hit, _ in outcomes(sink)].count(True) >= 4
-    assert all(fallback is None for _, fallback in outcomes(sink))
+    assert all(hand_off is None for _, hand_off in outcomes(sink))
 
 
 def test_wrappers_of_one_function_share_a_dispatcher():
@@ -278,7 +278,7 @@ def test_a_wrapper_equinox_made_is_refused_by_the_fast_call():
         front.FilterJitWrapper.__call__(eqx.filter_jit(lambda x: x), jnp.ones(1))
 
 
-def test_fallback_names_the_user_function_in_the_trace():
+def test_a_hand_off_names_the_user_function_in_the_trace():
     def loss(x):
         return (x**2).sum()
 
@@ -287,7 +287,7 @@ def test_fallback_names_the_user_function_in_the_trace():
         f(jnp.ones(2))
         f(jnp.ones(2))
     (row,) = t.stats().values()
-    assert row["name"] == "test_fallback_names_the_user_function_in_the_trace.<locals>.loss"
+    assert row["name"] == "test_a_hand_off_names_the_user_function_in_the_trace.<locals>.loss"
     assert row["location"].endswith(f"test_equinox.py:{loss.__code__.co_firstlineno}")
     assert (row["calls"], row["hits"], row["compiles"]) == (2, 1, 1)
 

@@ -19,8 +19,8 @@ from fastdispatch.nnx import function as _nnx
 
 
 def outcomes(sink):
-    """Each call: "hit", its fallback reason, or "compile"."""
-    return ["hit" if call.hit else call.fallback or "compile" for call in sink.calls]
+    """Each call: "hit", its hand-off reason, or "compile"."""
+    return ["hit" if call.hit else call.hand_off or "compile" for call in sink.calls]
 
 
 class Block(nnx.Module):
@@ -325,13 +325,13 @@ def test_graph_attributes_read_a_graphdef_by_attribute_path():
 
 
 class _Outcomes:
-    """A trace sink keeping each call's outcome: "hit", "compile" or its fallback."""
+    """A trace sink keeping each call's outcome: "hit", "compile" or its hand-off."""
 
     def __init__(self):
         self.calls = []
 
-    def record(self, fn, times, hit, compile_ns, fallback, signature):
-        self.calls.append("hit" if hit else fallback or "compile")
+    def record(self, fn, times, hit, compile_ns, hand_off, signature):
+        self.calls.append("hit" if hit else hand_off or "compile")
 
 
 def _assert_same_arrays(ours, reference):

@@ -1,4 +1,4 @@
-"""The fallback reasons: one vocabulary, every reason documented."""
+"""The hand-off reasons: one vocabulary, every reason documented."""
 
 import pathlib
 import re
@@ -18,7 +18,7 @@ def documented_reasons():
 
 def test_every_reason_is_in_the_tracing_doc():
     missing = [reason for reason in _reasons.ALL if reason not in documented_reasons()]
-    assert not missing, f"docs/tracing.md's fallback tables do not list {missing}"
+    assert not missing, f"docs/tracing.md's hand_off tables do not list {missing}"
 
 
 def test_reasons_are_interned_and_distinct():

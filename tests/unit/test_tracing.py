@@ -38,7 +38,7 @@ class FakeCompiled:
 
 
 class _Capture:
-    def record(self, fn, times, hit, compile_ns, fallback, signature):
+    def record(self, fn, times, hit, compile_ns, hand_off, signature):
         self.signature = signature
 
 
@@ -60,8 +60,8 @@ def stamps(start, flatten=100, signature=200, lookup=300, launch=5000, unflatten
     return tuple(times)
 
 
-def call(t, fn, signature, *, hit=True, compile_ns=0, fallback=None, start=0, **phases):
-    t.record(fn, stamps(start, **phases), hit, compile_ns, fallback, signature)
+def call(t, fn, signature, *, hit=True, compile_ns=0, hand_off=None, start=0, **phases):
+    t.record(fn, stamps(start, **phases), hit, compile_ns, hand_off, signature)
 
 
 F = FakeCompiled(step)
@@ -69,27 +69,28 @@ SIG4 = signature_of(step, jnp.ones(4))
 SIG8 = signature_of(step, jnp.ones(8))
 
 
-def test_aggregates_count_calls_hits_compiles_and_fallbacks():
+def test_aggregates_count_calls_hits_compiles_and_hand_offs():
     t = Trace()
     call(t, F, SIG4, hit=False, compile_ns=2_000_000, lookup=2_000_300)
     for i in range(9):
         call(t, F, SIG4, start=10_000 * (i + 1))
-    call(t, F, None, hit=False, fallback="tracer")
-    call(t, F, None, hit=False, fallback="disable_jit")
-    call(t, F, None, hit=False, fallback="tracer")
+    call(t, F, None, hit=False, hand_off="tracer")
+    call(t, F, None, hit=False, hand_off="disable_jit")
+    call(t, F, None, hit=False, hand_off="tracer")
     (row,) = t.stats().values()
     assert row["name"] == "step"
     assert row["location"].endswith(f"test_tracing.py:{step.__code__.co_firstlineno}")
     assert (row["calls"], row["hits"], row["compiles"]) == (13, 9, 1)
     assert row["compile_seconds"] == pytest.approx(0.002)
-    assert row["fallbacks"] == {"tracer": 2, "disable_jit": 1}
+    assert row["hand_offs"] == {"tracer": 2, "disable_jit": 1}
+    assert row["fallbacks"] == row["hand_offs"]  # the earlier key, kept for a release
 
 
 def test_overhead_is_the_time_outside_launch_over_hits():
     t = Trace()
-    # A miss (its time is its compilation) and a fallback do not count.
+    # A miss (its time is its compilation) and a hand-off do not count.
     call(t, F, SIG4, hit=False, compile_ns=1_000_000, launch=1_005_000)
-    call(t, F, SIG4, hit=False, fallback="effects", unflatten=90_000)
+    call(t, F, SIG4, hit=False, hand_off="effects", unflatten=90_000)
     for i in range(99):
         call(t, F, SIG4, start=i * 10_000)
     overhead = t.stats()["step (" + t.stats().popitem()[1]["location"] + ")"]["overhead_ns"]
@@ -168,7 +169,7 @@ def test_report_has_a_row_per_function_and_explains_recompiles():
     call(t, F, SIG4, hit=False, compile_ns=5_000_000)
     call(t, F, SIG4)
     call(t, F, SIG8, hit=False, compile_ns=4_000_000)
-    call(t, FakeCompiled(other), None, hit=False, fallback="tracer")
+    call(t, FakeCompiled(other), None, hit=False, hand_off="tracer")
     t.stop()
     text = t.report()
     assert "4 calls of 2 functions" in text
@@ -410,12 +411,12 @@ def test_zero_length_phases_are_left_out():
     assert names == ["step", "step: flatten", "step: signature", "step: launch", "step: unflatten"]
 
 
-def test_a_fallback_is_one_jax_jit_span():
+def test_a_hand_off_is_one_jax_jit_span():
     t = Trace()
     t.record(F, (0, 9000, 9000, 9000, 9000, 9000), False, 0, "disable_jit", None)
     spans = [e for e in t.chrome_trace()["traceEvents"] if e["ph"] == "X"]
     assert [(e["name"], e["dur"]) for e in spans] == [("step", 9.0), ("step: jax.jit (disable_jit)", 9.0)]
-    assert spans[0]["args"]["fallback"] == "disable_jit"
+    assert spans[0]["args"]["hand_off"] == "disable_jit"
 
 
 def test_the_trace_keeps_no_compiled_function_alive():

@@ -267,7 +267,7 @@ def test_a_loaded_entry_leaves_numpy_arguments_to_jax_jit_after_its_first_calls(
         assert fastdispatch.warm_start_stats()["loaded"] == 1
     finally:
         fastdispatch.warm_start(None)
-    outcomes = ["hit" if call.hit else call.fallback for call in sink.calls]
+    outcomes = ["hit" if call.hit else call.hand_off for call in sink.calls]
     assert outcomes == ["hit"] * first + ["numpy arguments"] * 3
     for out in outs:
         np.testing.assert_array_equal(out, step(w, jnp.asarray(x, jnp.float32)))
