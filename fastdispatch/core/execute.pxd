@@ -16,11 +16,11 @@ cdef class Inputs:
     cdef bint has_scalars              # some kept input is a Python scalar
     cdef tuple scalar_buffers          # per kept input: {value bits: device array} (SCALAR), or None
     cdef bint reuse_scalar_buffers     # False when the function donates arguments
-    cdef readonly bint new_scalars_to_jax  # a scalar value not seen before: jax.jit converts it faster
-    cdef readonly bint host_to_jax     # numpy values: jax.jit converts them faster (see make_executable)
-    cdef Py_ssize_t calls_before_jax   # calls left before the two above are set; -1: never
-    cdef bint later_scalars_to_jax     # new_scalars_to_jax, once calls_before_jax runs out
-    cdef bint later_host_to_jax        # host_to_jax, likewise
+    cdef readonly bint new_scalars_hand_off  # a scalar value not seen before: jax.jit converts it faster
+    cdef readonly bint host_hand_off     # numpy values: jax.jit converts them faster (see make_executable)
+    cdef Py_ssize_t calls_before_hand_off   # calls left before the two above are set; -1: never
+    cdef bint later_scalars_hand_off     # new_scalars_hand_off, once calls_before_hand_off runs out
+    cdef bint later_host_hand_off        # host_hand_off, likewise
     cdef list last_scalars             # per kept input: the last value's bits met (SCALAR), or None
 
     # The executable's input buffers (a new list) for a call's flat leaves
@@ -28,7 +28,7 @@ cdef class Inputs:
     # (a host value that does not convert, host data or a new scalar value
     # jax converts faster).
     cdef object prepare(self, object leaves)
-    # For new_scalars_to_jax: some scalar leaf holds a value neither kept on
+    # For new_scalars_hand_off: some scalar leaf holds a value neither kept on
     # device nor the previous call's: jax.jit should take the call.
     cdef bint new_scalar_in(self, PyObject** leaves)
     cdef bint _is_new(self, Py_ssize_t input, object bits)
@@ -58,13 +58,13 @@ cdef class Executable:
 
 
 # When an entry leaves host data and new scalar values to jax.jit's C++ path,
-# which converts them faster than this layer (make_executable's calls_before_jax).
+# which converts them faster than this layer (make_executable's calls_before_hand_off).
 cdef enum:
     # Never: a front end whose hand-off is its library's Python call
     # (equinox's, flax's) converts them here.
-    NEVER_TO_JAX = -1
+    NEVER_HAND_OFF = -1
     # From the first call: jax.jit compiled the call; small entries leave them to it.
-    TO_JAX_NOW = 0
+    HAND_OFF_NOW = 0
     # A positive count: this layer converts them for that many calls first (a
     # warm-start load: jax.jit has not compiled the call in this process, and
     # only a long loop repays the compile its first hand-off costs).
@@ -73,4 +73,4 @@ cdef enum:
 # flat leaves are `leaves`; raises NotFast (fastdispatch._reasons) with why
 # the library must run it instead.
 cdef Executable make_executable(object compiled, CallSignature signature, list leaves,
-                                bint donates, Py_ssize_t calls_before_jax)
+                                bint donates, Py_ssize_t calls_before_hand_off)

@@ -18,7 +18,7 @@ class HandOff:
     def __init__(self, reason: str) -> None: ...
 
 class Inputs:
-    new_scalars_to_jax: bool
+    new_scalars_hand_off: bool
 
 class Executable:
     inputs: Inputs

@@ -139,7 +139,7 @@ cdef HandOff _NO_CONVERSION = HandOff(_reasons.SCALAR_CONVERSION)
 # converting it here: jax.jit converts it faster.
 cdef HandOff _NEW_SCALAR = HandOff(_reasons.NEW_SCALAR)
 # Numpy values, likewise (an entry that converted them for its first calls).
-cdef HandOff _HOST_TO_JAX = HandOff(_HOST_DATA)
+cdef HandOff _HOST_HAND_OFF = HandOff(_HOST_DATA)
 
 
 # An input array deleted (``.delete()``, or donated to an earlier call): the
@@ -208,8 +208,8 @@ cdef class Inputs:
         cdef Py_ssize_t j
         cdef LeafKind kind
         cdef bint reuse = False
-        if self.host_to_jax:
-            return _HOST_TO_JAX
+        if self.host_hand_off:
+            return _HOST_HAND_OFF
         if self.has_scalars:
             # A device array made earlier is reused only where no transfer
             # guard is set: under one, each call's transfer must meet it.
@@ -232,11 +232,11 @@ cdef class Inputs:
                     return _NO_CONVERSION
             Py_INCREF(leaf)
             PyList_SET_ITEM(buffers, j, leaf)
-        if self.calls_before_jax > 0:
-            self.calls_before_jax -= 1
-            if self.calls_before_jax == 0:   # this call was the last converted here
-                self.new_scalars_to_jax = self.later_scalars_to_jax
-                self.host_to_jax = self.later_host_to_jax
+        if self.calls_before_hand_off > 0:
+            self.calls_before_hand_off -= 1
+            if self.calls_before_hand_off == 0:   # this call was the last converted here
+                self.new_scalars_hand_off = self.later_scalars_hand_off
+                self.host_hand_off = self.later_host_hand_off
         return buffers
 
     cdef bint new_scalar_in(self, PyObject** leaves):
@@ -276,7 +276,7 @@ cdef class Inputs:
             found = kept.get(bits)
             if found is not None:
                 return found
-        if self.new_scalars_to_jax and (not reuse or self._is_new(input, bits)):
+        if self.new_scalars_hand_off and (not reuse or self._is_new(input, bits)):
             return _NEW_SCALAR
         spec = <object>PyTuple_GET_ITEM(self.host_inputs, input)
         if type(value) is int and not int_fits(value, 8 * spec.aval.dtype.itemsize):
@@ -378,7 +378,7 @@ cdef inline bint _convertible_host_value(object leaf, object aval) except -1:
 
 
 cdef Executable make_executable(object compiled, CallSignature signature, list leaves,
-                                bint donates, Py_ssize_t calls_before_jax):
+                                bint donates, Py_ssize_t calls_before_hand_off):
     if compiled.in_tree.num_leaves != signature.num_leaves:
         # Never expected: our flattening of the arguments must be jax's.
         raise NotFast(_reasons.ARGUMENTS_FLATTEN_DIFFERENTLY)
@@ -415,9 +415,9 @@ cdef Executable make_executable(object compiled, CallSignature signature, list l
                 actual == expected or actual.is_equivalent_to(expected, leaf.ndim)):
             raise NotFast(_reasons.RESHARD)
     cdef Py_ssize_t num_other = n - num_host - num_scalars
-    cdef bint host_to_jax = num_host and num_other < HOST_BREAK_EVEN_LEAVES * (num_host + num_cast)
-    cdef bint scalars_to_jax = num_scalars and num_other < NEW_SCALAR_BREAK_EVEN_LEAVES * num_scalars
-    if calls_before_jax == TO_JAX_NOW and host_to_jax:
+    cdef bint host_hand_off = num_host and num_other < HOST_BREAK_EVEN_LEAVES * (num_host + num_cast)
+    cdef bint scalars_hand_off = num_scalars and num_other < NEW_SCALAR_BREAK_EVEN_LEAVES * num_scalars
+    if calls_before_hand_off == HAND_OFF_NOW and host_hand_off:
         raise NotFast(_HOST_DATA)
 
     cdef Inputs inputs = Inputs.__new__(Inputs)
@@ -441,10 +441,11 @@ cdef Executable make_executable(object compiled, CallSignature signature, list l
         _scalar_bits(leaves[inputs.input_leaf[j]])
         if inputs.input_kind[j] == LEAF_SCALAR else None for j in range(n)]
     inputs.reuse_scalar_buffers = not donates
-    inputs.new_scalars_to_jax = calls_before_jax == TO_JAX_NOW and scalars_to_jax
-    inputs.host_to_jax = False
-    inputs.later_scalars_to_jax, inputs.later_host_to_jax = scalars_to_jax, host_to_jax
-    inputs.calls_before_jax = calls_before_jax if host_to_jax or scalars_to_jax else NEVER_TO_JAX
+    inputs.new_scalars_hand_off = calls_before_hand_off == HAND_OFF_NOW and scalars_hand_off
+    inputs.host_hand_off = False
+    inputs.later_scalars_hand_off, inputs.later_host_hand_off = scalars_hand_off, host_hand_off
+    inputs.calls_before_hand_off = (calls_before_hand_off if host_hand_off or scalars_hand_off
+                                    else NEVER_HAND_OFF)
 
     cdef Executable executable = Executable.__new__(Executable)
     executable.inputs = inputs

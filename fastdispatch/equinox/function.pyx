@@ -38,7 +38,7 @@ from fastdispatch.core.pytree.paths import leaf_paths
 from fastdispatch.core.signature cimport (
     CallSignature, LeafKind, LEAF_ARRAY, LEAF_HOST, LEAF_KEY, LEAF_SCALAR, LEAF_TRACER, LEAF_OTHER,
     classify_leaf)
-from fastdispatch.core.execute cimport NEVER_TO_JAX, Executable, make_executable
+from fastdispatch.core.execute cimport NEVER_HAND_OFF, Executable, make_executable
 from fastdispatch.core.cache cimport CacheEntry, CompiledFunctionCache
 from fastdispatch.core.outputs cimport Outputs, our_treedef
 from fastdispatch.core.engine cimport (
@@ -472,7 +472,7 @@ cdef class FilterDispatcher(Engine):
     cdef Executable _executable(self, object compiled, CacheEntry entry, list leaves):
         cdef bint donates = any(_donation_of(entry.signature))
         cdef Executable executable = make_executable(
-            compiled, entry.signature, leaves, donates, NEVER_TO_JAX)
+            compiled, entry.signature, leaves, donates, NEVER_HAND_OFF)
         if executable.calls_host:
             # equinox blocks such calls so that error_if raises at the call,
             # as its own error: its call runs them.

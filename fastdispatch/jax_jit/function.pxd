@@ -34,5 +34,5 @@ cdef class CompiledFunction(Engine):
 
     cdef tuple _split_static(self, tuple args, dict kwargs)
     cdef tuple _from_compiled(self, CacheEntry entry, list leaves, object compiled,
-                              Py_ssize_t calls_before_jax)
+                              Py_ssize_t calls_before_hand_off)
     cdef object _warm_save(self, CacheEntry entry, object compiled, object traced, str reason)

@@ -32,7 +32,7 @@ from fastdispatch.core.cache cimport CacheEntry, CompiledFunctionCache
 from fastdispatch.core.engine cimport (
     Call, CallTimes, Engine, Found, PreviousCall, found_arguments, found_entry, keep,
     trace_context, trace_sink, jax_state_hand_off, warm_store)
-from fastdispatch.core.execute cimport TO_JAX_NOW, Executable, make_executable
+from fastdispatch.core.execute cimport HAND_OFF_NOW, Executable, make_executable
 from fastdispatch.core.outputs cimport output_tree
 from fastdispatch.core.pytree.flatten cimport flatten_into
 from fastdispatch.core.pytree.treedef cimport TreeDef
@@ -61,7 +61,7 @@ cdef str _NOT_MADE_BY_JIT = ("CompiledFunction was created without __init__: "
 
 # The calls whose numpy values and new Python scalars an entry loaded by warm
 # start converts itself, before it leaves them to jax.jit as a compiled entry
-# does (make_executable's calls_before_jax).  jax.jit then traces and compiles
+# does (make_executable's calls_before_hand_off).  jax.jit then traces and compiles
 # the call once (from jax's persistent cache underneath: what stock pays on
 # its first call, some 10 to 100 ms) and converts them in C++, a few us a
 # leaf faster: worth it only to a longer loop, which this many calls tell
@@ -144,9 +144,9 @@ cdef inline str _hand_off_reason(PreviousJitCall previous, tuple leaves):
     cdef Executable executable = previous.entry.executable
     if executable is None:
         return None
-    if executable.inputs.host_to_jax:
+    if executable.inputs.host_hand_off:
         return _HOST_DATA
-    if executable.inputs.new_scalars_to_jax and executable.inputs.new_scalar_in(
+    if executable.inputs.new_scalars_hand_off and executable.inputs.new_scalar_in(
             PySequence_Fast_ITEMS(leaves)):
         return _NEW_SCALAR
     return None
@@ -324,7 +324,7 @@ cdef class CompiledFunction(Engine):
         compiled = traced.lower().compile()
         cdef tuple built
         try:
-            built = self._from_compiled(entry, leaves, compiled, TO_JAX_NOW)
+            built = self._from_compiled(entry, leaves, compiled, HAND_OFF_NOW)
         except NotFast as refusal:
             self._warm_save(entry, compiled, traced, refusal.reason)
             raise
@@ -375,11 +375,11 @@ cdef class CompiledFunction(Engine):
                 output_tree(out_tree))
 
     cdef tuple _from_compiled(self, CacheEntry entry, list leaves, object compiled,
-                              Py_ssize_t calls_before_jax):
+                              Py_ssize_t calls_before_hand_off):
         """(Executable, Outputs) of a jax.stages.Compiled: jax.jit's just now,
         or one loaded from the warm-start store (see make_executable)."""
         return (make_executable(compiled, entry.signature, leaves, self._donates,
-                                calls_before_jax),
+                                calls_before_hand_off),
                 output_tree(compiled.out_tree))
 
     cdef void remember(self, Call* call, CacheEntry entry, CallSignature signature):

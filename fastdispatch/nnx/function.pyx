@@ -33,7 +33,7 @@ from fastdispatch.core.clock cimport now_ns
 from fastdispatch.core.engine cimport (
     AT_FOUND, Call, CallTimes, Engine, Found, ended, found_entry, keep, python_call, reached,
     trace_context, jax_state_hand_off, warm_store)
-from fastdispatch.core.execute cimport NEVER_TO_JAX, make_executable
+from fastdispatch.core.execute cimport NEVER_HAND_OFF, make_executable
 from fastdispatch.core.outputs cimport Outputs
 from fastdispatch.core.pytree.flatten cimport flatten_into
 from fastdispatch.core.pytree.treedef cimport TreeDef
@@ -550,7 +550,7 @@ cdef class NnxJitFunction(Engine):
     cdef tuple build(self, Call* call, CacheEntry entry, list leaves, object out):
         """The Executable of ``out``, the Graph a flax call left; no Outputs:
         each Record of the graph is its calls' (``_record``)."""
-        return make_executable(out.compiled, entry.signature, leaves, out.donates, NEVER_TO_JAX), None
+        return make_executable(out.compiled, entry.signature, leaves, out.donates, NEVER_HAND_OFF), None
 
     cdef object library_call(self, Call* call):
         """flax's own nnx.jit call."""
