@@ -193,7 +193,7 @@ def _jax_minor() -> tuple[int, int] | None:
     return (int(match[1]), int(match[2])) if match else None
 
 
-# jax's own jit: the slow path and the compiler.  Read from jax._src so that
+# jax's own jit: what a hand-off runs, and the compiler.  Read from jax._src so that
 # `python -m fastdispatch` patching the public ``jax.jit`` never loops back here.
 jax_jit = _need("jax._src.api", "jit")
 
@@ -302,7 +302,7 @@ _NO_TRACING = _need("jax._src.config", "no_tracing")
 _NO_EXECUTION = _need("jax._src.config", "no_execution")
 
 
-def slow_path_reason() -> str | None:
+def settings_hand_off() -> str | None:
     """Why jax itself must take a call right now, or None.
 
     Read on a cache miss only: each of these settings is part of
@@ -471,7 +471,7 @@ def executable_parts(compiled) -> ExecutableParts:
     and out, ``with_tokens``); host callbacks without effects (``pure_callback``)
     run without tokens, as on jax's own C++ fast path (``pjit._get_fastpath_data``).
     Whether the call's own inputs fit is the execute layer's to check.  Raises
-    NotFast with the reason for the slow path.
+    NotFast with the reason to hand the call off.
     """
     executable = compiled._executable
     if not isinstance(executable, _MESH_EXECUTABLE):

@@ -142,14 +142,14 @@ cdef class Engine:
     cdef str span_name                     # its calls' span under jax.profiler
     cdef str library                       # the span of a call the library runs: "jax.jit"...
     cdef PreviousCall previous             # the guard's guess: the previous call
-    # The refusal memo: the last call the library took for what its
-    # arguments are, as the front end describes them (`refused`), and why.
-    # The front end hands calls it finds alike to the library before reading
-    # them (`refused_again`), but every 64th, which takes the whole path
-    # again in case they (or the library's choice) changed.
-    cdef object refused
-    cdef str refusal
-    cdef unsigned int refusals
+    # The hand-off memo: the last call the library took for what its
+    # arguments are, as the front end describes them (`handed_off_like`), and
+    # why.  The front end hands calls it finds alike to the library before
+    # reading them (`handed_off_again`), but every 64th, which takes the whole
+    # path again in case they (or the library's choice) changed.
+    cdef object handed_off_like
+    cdef str memo_reason
+    cdef unsigned int memo_repeats
 
     # The steps, in the order a call takes them (each returns why the library
     # runs the call, or None).
@@ -160,8 +160,8 @@ cdef class Engine:
     cdef str execute(self, Call* call, Found* found, CallTimes* times)
     cdef int complete(self, Call* call, CacheEntry entry, list leaves, object out,
                       double seconds) except -1
-    cdef void remember_refusal(self, object refused, str reason)
-    cdef str refused_again(self)
+    cdef void remember_hand_off(self, object like, str reason)
+    cdef str handed_off_again(self)
 
     # The front end's hooks.
     cdef str parse(self, Call* call, Found* found, CallTimes* times)

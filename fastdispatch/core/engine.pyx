@@ -56,7 +56,7 @@ cdef object _trace_context = _jax.trace_context
 cdef object _trace_state = _jax.TRACE_STATE
 cdef str _trace_state_attr = _jax.TRACE_STATE_ATTR
 cdef object _clean_trace_state = _jax.CLEAN_TRACE_STATE
-cdef object _slow_path_reason = _jax.slow_path_reason
+cdef object _settings_hand_off = _jax.settings_hand_off
 # make_signature's refusals, by what it refused.
 cdef dict _REFUSALS = {
     LEAF_TRACER: _reasons.TRACER,
@@ -323,7 +323,7 @@ cdef class Engine:
             self.handed_off(call, None, _reasons.STATIC_ARGUMENT_ERROR)
             return _reasons.STATIC_ARGUMENT_ERROR
         if entry is None:
-            reason = _slow_path_reason()
+            reason = _settings_hand_off()
             if reason is not None:
                 return reason
             entry = self.executables.insert(signature)
@@ -435,19 +435,19 @@ cdef class Engine:
         self.executables.complete(entry, executable, finish, reason, seconds)
         return 0
 
-    cdef void remember_refusal(self, object refused, str reason):
-        """The library took a call for what its arguments are (``refused``,
-        the front end's description of them), for ``reason``; None forgets."""
-        self.refused = refused
-        self.refusal = reason
-        self.refusals = 0
+    cdef void remember_hand_off(self, object like, str reason):
+        """The library took a call for what its arguments are (``like``, the
+        front end's description of them), for ``reason``; None forgets."""
+        self.handed_off_like = like
+        self.memo_reason = reason
+        self.memo_repeats = 0
 
-    cdef str refused_again(self):
-        """A call the front end finds alike the refused one: the reason to hand
-        it off before reading it, or None for every 64th, which goes the whole
-        way."""
-        self.refusals += 1
-        return self.refusal if self.refusals & 63 else None
+    cdef str handed_off_again(self):
+        """A call the front end finds alike the one handed off: the reason to
+        hand it off before reading it, or None for every 64th, which goes the
+        whole way."""
+        self.memo_repeats += 1
+        return self.memo_reason if self.memo_repeats & 63 else None
 
     # -- the front end's hooks ---------------------------------------------
 

@@ -12,7 +12,7 @@ names, all listed here and tested in tests/unit/test_equinox.py:
 
   equinox._jit._JitWrapper               the wrapper Module; FilterJitWrapper subclasses it
   equinox._jit._JitWrapper.__call__, .lower
-                                         equinox's own call and lowering: the slow path,
+                                         equinox's own call and lowering: what a hand-off runs,
                                          and the source of each executable
   equinox._jit.filter_jit                equinox's filter_jit itself, even while
                                          `python -m fastdispatch` patches equinox.filter_jit

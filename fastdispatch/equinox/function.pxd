@@ -19,7 +19,7 @@ cdef class OutputRecipe(Outputs):
 
 
 cdef class FilterDispatcher(Engine):
-    cdef readonly object jitted    # equinox's shared jax.jit of this function: compiles, slow path
+    cdef readonly object jitted    # equinox's shared jax.jit of this function: compiles, runs hand-offs
     cdef object equinox_call       # equinox's own wrapper call: (wrapper, *args, **kwargs)
     cdef object equinox_lower      # equinox's own lowering: (wrapper, *args, **kwargs)
     cdef object is_array           # equinox.is_array, for leaves of unknown types

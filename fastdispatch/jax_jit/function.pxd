@@ -21,7 +21,7 @@ cdef class PreviousJitCall(PreviousCall):
 cdef class CompiledFunction(Engine):
     cdef vectorcallfunc _vectorcall_slot   # PEP 590 entry point, found via tp_vectorcall_offset
     cdef readonly object fun               # the Python function being jitted
-    cdef object _jitted                    # jax.jit(fun, same options): the slow path
+    cdef object _jitted                    # jax.jit(fun, same options): what a hand-off runs
     cdef readonly dict _options            # the jit options given: pickling, the warm-start key
     cdef CompiledFunctionCache _shared_cache  # the shared LRU holding our executables
     cdef tuple _static_argnums             # as jax resolved them; may be negative

@@ -52,7 +52,7 @@ cdef extern from "Python.h":
         unsigned long tp_flags
 
 
-cdef object _slow_path_reason = _jax.slow_path_reason
+cdef object _settings_hand_off = _jax.settings_hand_off
 cdef str _HOST_DATA = _reasons.HOST_DATA
 cdef str _NEW_SCALAR = _reasons.NEW_SCALAR
 cdef str _JAX_JIT = "jax.jit"
@@ -262,12 +262,12 @@ cdef class CompiledFunction(Engine):
         """The guard on the argument array, jax's state, then flatten."""
         cdef PreviousJitCall previous = <PreviousJitCall>self.previous
         cdef tuple guarded = None   # the leaves of a call the previous one's layout guards
-        if self.refused is not None and (<CallShape>self.refused).matches(call):
+        if self.handed_off_like is not None and (<CallShape>self.handed_off_like).matches(call):
             # jax.jit took the last call of this shape: one it raises for (an
             # unhashable static argument, a leaf it rejects), or a call of
             # trees for its leaves' sake (numpy values, a step counter's new
             # value: it converts them faster).  This one goes to it unflattened.
-            reason = self.refused_again()
+            reason = self.handed_off_again()
             if reason is not None:
                 return reason
         if previous is not None and not previous.entry.evicted:
@@ -290,7 +290,7 @@ cdef class CompiledFunction(Engine):
         if previous is not None and not previous.signature.same_context(context):
             # jax's settings changed since the previous call: one jax.jit
             # itself runs (disable_jit, say) goes to it before flattening.
-            reason = _slow_path_reason()
+            reason = _settings_hand_off()
             if reason is not None:
                 return reason
         elif guarded is not None:
@@ -396,7 +396,7 @@ cdef class CompiledFunction(Engine):
         previous.hand_off_guarded = (previous.layout is not None and entry.executable is None
                                      and entry.hand_off_reason is _HOST_DATA)
         self.previous = previous
-        self.remember_refusal(None, None)
+        self.remember_hand_off(None, None)
 
     cdef void handed_off(self, Call* call, CacheEntry entry, str reason):
         """jax.jit takes a call.  Refused before any entry was found (None: jax.jit
@@ -405,13 +405,13 @@ cdef class CompiledFunction(Engine):
         arguments are trees: the next call laid out alike goes to jax.jit
         before it is flattened (see parse)."""
         if entry is None:
-            self.remember_refusal(shape_of(call), reason)
+            self.remember_hand_off(shape_of(call), reason)
             return
         cdef PreviousJitCall previous = <PreviousJitCall>self.previous
         if previous is None or previous.entry is not entry or previous.layout is not None:
             return
         if reason is _HOST_DATA or reason is _NEW_SCALAR:
-            self.remember_refusal(shape_of(call), reason)
+            self.remember_hand_off(shape_of(call), reason)
 
     cdef object returned(self, Call* call, object out):
         """The one post-hook check, then the output."""

@@ -1,4 +1,4 @@
-# How a jit call passed its arguments, for its guard and its refusal memo.
+# How a jit call passed its arguments, for its guard and its hand-off memo.
 cimport cython
 from cpython.object cimport PyObject
 from cpython.ref cimport Py_INCREF

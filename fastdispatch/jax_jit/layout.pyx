@@ -3,7 +3,7 @@
 (vectorcall) without flattening: ``CallLayout``, where the leaves and static
 arguments of a call laid out as the previous one sit, so that jit's guard
 reads them in place; ``CallShape``, a call's arguments' count, keyword names
-and types, which the engine's refusal memo keeps for calls jax.jit takes.
+and types, which the engine's hand-off memo keeps for calls jax.jit takes.
 """
 cimport cython
 from cpython.object cimport PyObject
@@ -164,7 +164,7 @@ cdef CallLayout layout_of(tuple args, dict kwargs, object kwnames,
 @cython.final
 cdef class CallShape:
     """How a call passed its arguments: how many positionally, under which
-    keyword names, of which types.  The engine's refusal memo holds the shape
+    keyword names, of which types.  The engine's hand-off memo holds the shape
     of the last call jax.jit took for what its arguments are (see parse)."""
 
     cdef bint matches(self, Call* call):

@@ -81,11 +81,11 @@ cdef class NnxJitFunction(Engine):
     cdef object flax_miss
     cdef tuple records                  # Record, most recently used first
     # A call whose graph no record can serve leaves its arguments'
-    # identities (see _arguments_key) in the engine's refusal memo.  Once the
+    # identities (see _arguments_key) in the engine's hand-off memo.  Once the
     # next call on them is refused alike (a first call may change what it is
     # given, and the second then records), calls on the same arguments go to
     # flax without trying again to record, but every 64th.
-    cdef bint refusal_repeated
+    cdef bint hand_off_repeated
     cdef dict __dict__
     cdef object __weakref__
 

@@ -467,12 +467,12 @@ cdef class NnxJitFunction(Engine):
             found_entry(found, record.entry, inputs, record)
             return None
         _graph_context.tmp_static_cache = static_cache
-        if (holding is None and self.refusal_repeated
-                and self.refused == _arguments_key(args, kwargs)):
+        if (holding is None and self.hand_off_repeated
+                and self.handed_off_like == _arguments_key(args, kwargs)):
             # flax's call, as the last one on these arguments was, without
             # the attempt to record it (a trace of its outputs, its graph
             # walked twice: costlier than flax's call itself).
-            reason = self.refused_again()
+            reason = self.handed_off_again()
             if reason is not None:
                 return reason
         return self._miss(call, found, holding, times)
@@ -517,8 +517,8 @@ cdef class NnxJitFunction(Engine):
                 record = self._record(graph, entry, holding)
         if record is None:
             key = _arguments_key(args, kwargs)
-            self.refusal_repeated = self.refused == key and self.refusal == refusal
-            self.remember_refusal(key, refusal)
+            self.hand_off_repeated = self.handed_off_like == key and self.memo_reason == refusal
+            self.remember_hand_off(key, refusal)
         ended(call, times, False, now_ns() - times.found if compiled else 0,
               None if compiled else _NEW_GRAPH, entry.signature if record is not None else None)
         keep(&found.out, out)
@@ -528,8 +528,8 @@ cdef class NnxJitFunction(Engine):
         """The Record that runs ``entry``'s executable on ``graph``: ``holding``,
         one more shape of it, where the graph is its own (its guards); else a
         new Record, first in line."""
-        self.remember_refusal(None, None)
-        self.refusal_repeated = False
+        self.remember_hand_off(None, None)
+        self.hand_off_repeated = False
         if holding is not None and graph.guards is holding.guards:
             holding.add_shape(graph.signature, entry, graph.out_treedef)
             return holding
@@ -559,8 +559,8 @@ cdef class NnxJitFunction(Engine):
     def clear_cache(self):
         """Forget the records and executables (flax's jit keeps its own traces)."""
         self.records = ()
-        self.remember_refusal(None, None)
-        self.refusal_repeated = False
+        self.remember_hand_off(None, None)
+        self.hand_off_repeated = False
         self.executables.clear()
 
     def library_function(self):

@@ -82,22 +82,22 @@ def test_trace_context_and_state():
     assert "jax_disable_jit" in names and "jax_no_execution" in names
     with jax.disable_jit():
         assert _jax.trace_context() != context
-        assert _jax.slow_path_reason() == "disable_jit"
+        assert _jax.settings_hand_off() == "disable_jit"
     clean = lambda: getattr(_jax.TRACE_STATE, _jax.TRACE_STATE_ATTR) is _jax.CLEAN_TRACE_STATE
     assert clean()
-    assert _jax.trace_state_is_clean() and _jax.slow_path_reason() is None
+    assert _jax.trace_state_is_clean() and _jax.settings_hand_off() is None
     seen = []
 
     def inside(x):
-        seen.append((clean(), _jax.slow_path_reason()))
+        seen.append((clean(), _jax.settings_hand_off()))
         return x
 
     jax.make_jaxpr(inside)(1.0)
     assert seen == [(False, "tracer")]
     with jax.no_tracing():
-        assert _jax.slow_path_reason() == "no_tracing"
+        assert _jax.settings_hand_off() == "no_tracing"
     with jax.no_execution():
-        assert _jax.slow_path_reason() == "no_execution"
+        assert _jax.settings_hand_off() == "no_execution"
 
 
 def test_pytree_registry_grows_with_registrations():
