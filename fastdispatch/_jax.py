@@ -115,7 +115,9 @@ Private names used, all read here only:
                                           jax.jit's two ways to dispatch (its C++ fast
                                           path, then its post hook; its Python path),
                                           and the function a jitted one wraps: where
-                                          --trace counts eager ops (tracing/hooks.py);
+                                          --trace counts eager ops (tracing/hooks.py),
+                                          with State._update_thread_local_hook (a
+                                          debug_nans block sets the thread's hook);
                                           before 0.9 the Python path is
                                           pjit._python_pjit_helper(fun, jit_info, ...)
 """
@@ -588,6 +590,7 @@ def set_local_setting(setting, value) -> None:
 # jax tells each setting's change to the two hooks it holds: the global one
 # (jax.config.update) and the thread's (a `with jax.debug_nans(True):` block).
 _SPECIAL_CHECKS = (_need("jax._src.config", "debug_nans"), _need("jax._src.config", "debug_infs"))
+_special_checks_watched = False
 
 
 def needs_special_checks() -> bool:
@@ -618,11 +621,14 @@ def watch_special_checks(changed) -> None:
             nonlocal set_in_a_thread
             if jax_local is not None:
                 jax_local(value)
+                _rehook_thread()
             set_in_a_thread = set_in_a_thread or bool(value)
             update()
 
         return on_global, on_local
 
+    global _special_checks_watched
+    _special_checks_watched = True
     for setting in _SPECIAL_CHECKS:
         setting._add_hooks(*chained(setting))  # calls on_global with today's value
 
@@ -850,6 +856,7 @@ _post_hook_state = _need("jax._src.api", "_post_hook_state")
 # kwargs); before, _python_pjit_helper(fun, jit_info, *args, **kwargs).
 _PYTHON_PATH = "_run_python_pjit" if _has("jax._src.pjit", "_run_python_pjit") else "_python_pjit_helper"
 _run_python_jit = _need("jax._src.pjit", _PYTHON_PATH)
+_thread_post_hook_watcher = None  # see keep_thread_post_hook
 
 
 def jit_post_hook():
@@ -864,6 +871,25 @@ def set_jit_post_hook(hook) -> None:
     _post_hook_state.set_global(hook)
     if _post_hook_state.get_local() is None:
         _post_hook_state.set_local(_UNSET)
+
+
+def keep_thread_post_hook(watcher) -> None:
+    """Call ``watcher(hook)`` each time jax sets the calling thread's own post
+    hook, and set the hook it returns instead.  jax sets it on entering and
+    leaving a ``with jax.debug_nans(...)`` (or ``debug_infs``) block: to its
+    NaN check, or to None, which then hides the global hook in that thread for
+    good (jax's own gradient of ``jax.nn.relu`` runs such a block).  None:
+    jax's hook alone again."""
+    global _thread_post_hook_watcher
+    _thread_post_hook_watcher = watcher
+    if not _special_checks_watched:
+        watch_special_checks(lambda maybe_on: None)
+
+
+def _rehook_thread():
+    hook = _post_hook_state.get_local()
+    if _thread_post_hook_watcher is not None and hook is not _UNSET:
+        _post_hook_state.set_local(_thread_post_hook_watcher(hook))
 
 
 def observe_jit_python_path(observer) -> None:

@@ -18,7 +18,9 @@ anything else, one with no reverse-mode rule).  While installed:
   a primitive bound eagerly is jitted by jax), on jax.jit's C++ fast path or
   its Python path (a miss: trace, compile, run), both watched in ``_jax``.
   Only jax's own jitted functions count: the program's and the libraries'
-  jits are compiled calls.
+  jits are compiled calls.  The post hook is jax's global one, and a
+  thread's own once jax sets that (a ``jax.debug_nans`` block, which jax's
+  gradient of ``relu`` enters): ours again, calling jax's.
 - compile phases: jax.monitoring's durations of tracing, lowering and XLA.
 
 Each event is counted once, at its outermost hook (an eager op that reads
@@ -166,16 +168,37 @@ def _jax_own(fun) -> bool:
 
 def _after_fast_path(jitted, args, kwargs, out):
     """jax's post hook: ``jitted`` just ran on jax.jit's C++ fast path."""
+    _count_fast_path(jitted, sys._getframe(1))
+    if _chained is not None:
+        _chained(jitted, args, kwargs, out)
+
+
+def _after_fast_path_here(jitted, args, kwargs, out):
+    """The post hook of a thread jax gave its own (``_thread_hook``)."""
+    _count_fast_path(jitted, sys._getframe(1))
+    chained = getattr(_local, "chained", None)
+    if chained is not None:
+        chained(jitted, args, kwargs, out)
+
+
+def _thread_hook(jax_hook):
+    """This thread's post hook when jax sets it to ``jax_hook`` (leaving a
+    ``jax.debug_nans`` block sets None, which would hide ours from then on):
+    ours, calling jax's."""
+    if jax_hook is not _after_fast_path_here:
+        _local.chained = jax_hook
+    return _after_fast_path_here
+
+
+def _count_fast_path(jitted, caller):
     end = time.perf_counter_ns()
     if _tallies and not _busy():
         fun = _jax.jitted_function(jitted)
         if fun is None or _jax_own(fun):
-            frame = user_frame(sys._getframe(1))
+            frame = user_frame(caller)
             if frame is not None:
                 site = (frame.f_code.co_filename, frame.f_lineno)
                 _count("eager", site, frame, _fast_path_time(fun, frame, end), end)
-    if _chained is not None:
-        _chained(jitted, args, kwargs, out)
 
 
 def _fast_path_time(fun, frame, end):
@@ -232,6 +255,7 @@ def install(tally):
             _undo.append((name, original))
             setattr(_ARRAY, name, _sync_hook(original, how))
     _hook_fast_path()
+    _jax.keep_thread_post_hook(_thread_hook)
     _jax.observe_jit_python_path(_python_path)
     jax.monitoring.register_event_duration_secs_listener(_compile_phase)
 
@@ -249,6 +273,7 @@ def uninstall(tally):
     if _jax.jit_post_hook() is _after_fast_path:
         _jax.set_jit_post_hook(_chained)
     _chained = None
+    _jax.keep_thread_post_hook(None)  # threads that have ours keep it: it only calls jax's then
     _jax.observe_jit_python_path(None)
     _fast_path_ns.clear()
     jax.monitoring.unregister_event_duration_listener(_compile_phase)

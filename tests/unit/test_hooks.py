@@ -160,3 +160,24 @@ def test_debug_nans_still_checks_calls_on_the_fast_path():
         hooks.uninstall(t)
         jax.config.update("jax_debug_nans", False)
     assert _jax.jit_post_hook() is None
+
+
+def test_eager_ops_are_counted_after_a_debug_nans_block(tally):
+    # Leaving `with jax.debug_nans(False):` (jax's gradient of relu runs one)
+    # sets the thread's own post hook to None, which hid ours from then on.
+    jax.grad(lambda v: jnp.sum(jax.nn.relu(v)))(jnp.ones(3))
+    with jax.debug_nans(False):
+        pass
+    x = jnp.ones(4)
+    for _ in range(30):
+        x = jnp.cos(x)  # the fast path, after the block
+    assert only_site(tally.eager, "x = jnp.cos(x)")[0] == 30
+
+
+def test_a_debug_nans_block_still_checks_under_the_hooks(tally):
+    log = jax.jit(jnp.log)
+    log(jnp.ones(2))
+    with jax.debug_nans(True):
+        with pytest.raises(FloatingPointError):
+            log(-jnp.ones(2))  # jax's check, which the thread's hook (ours) calls
+    assert np.isnan(log(-jnp.ones(2))).all()  # outside the block: no check

@@ -258,6 +258,47 @@ def test_watch_special_checks_sees_global_and_thread_settings_after_jax_hooks():
         jax.config.update("jax_debug_infs", False)
 
 
+def test_keep_thread_post_hook_replaces_what_a_debug_nans_block_sets():
+    given = []
+
+    def ours(jitted, args, kwargs, out):
+        pass
+
+    def watcher(jax_hook):
+        given.append(jax_hook)
+        return ours
+
+    def run():
+        _jax.keep_thread_post_hook(watcher)
+        try:
+            with jax.debug_nans(True):
+                assert _jax.jit_post_hook() is None  # the global is untouched
+                assert given[-1] is not None  # jax's NaN check, for this thread
+            assert given[-1] is None  # leaving: jax would hide the global hook
+            jitted = jax.jit(lambda x: x + 1)
+            seen = []
+            _jax.keep_thread_post_hook(lambda hook: lambda *call: seen.append(call[0]))
+            with jax.debug_nans(False):
+                jitted(jnp.ones(2))
+                jitted(jnp.ones(2))  # the C++ fast path: the thread's hook runs
+            assert jitted in seen
+        finally:
+            _jax.keep_thread_post_hook(None)
+
+    failed = []
+
+    def in_a_thread():  # its own post hook stays in it
+        try:
+            run()
+        except BaseException as error:
+            failed.append(error)
+
+    thread = threading.Thread(target=in_a_thread)
+    thread.start()
+    thread.join()
+    assert failed == [] and len(given) == 2
+
+
 def test_key_aval_text_names_impl_and_shape():
     keys = jax.random.split(jax.random.key(0), 3)
     base = getattr(keys, _jax.KEY_BUFFER_ATTR)
