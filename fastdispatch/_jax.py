@@ -857,6 +857,7 @@ _post_hook_state = _need("jax._src.api", "_post_hook_state")
 _PYTHON_PATH = "_run_python_pjit" if _has("jax._src.pjit", "_run_python_pjit") else "_python_pjit_helper"
 _run_python_jit = _need("jax._src.pjit", _PYTHON_PATH)
 _thread_post_hook_watcher = None  # see keep_thread_post_hook
+_thread_post_hook_given = _UNSET  # what it last gave
 
 
 def jit_post_hook():
@@ -887,9 +888,12 @@ def keep_thread_post_hook(watcher) -> None:
 
 
 def _rehook_thread():
+    global _thread_post_hook_given
     hook = _post_hook_state.get_local()
-    if _thread_post_hook_watcher is not None and hook is not _UNSET:
-        _post_hook_state.set_local(_thread_post_hook_watcher(hook))
+    # Each watch_special_checks chains its own hooks: the outer ones see ours.
+    if _thread_post_hook_watcher is not None and hook is not _UNSET and hook is not _thread_post_hook_given:
+        _thread_post_hook_given = _thread_post_hook_watcher(hook)
+        _post_hook_state.set_local(_thread_post_hook_given)
 
 
 def observe_jit_python_path(observer) -> None:

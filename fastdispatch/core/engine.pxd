@@ -150,6 +150,7 @@ cdef class Engine:
     cdef object handed_off_like
     cdef str memo_reason
     cdef unsigned int memo_repeats
+    cdef CallSignature memo_signature      # the leaves it took, as --trace reports them
 
     # The steps, in the order a call takes them (each returns why the library
     # runs the call, or None).
@@ -160,8 +161,8 @@ cdef class Engine:
     cdef str execute(self, Call* call, Found* found, CallTimes* times)
     cdef int complete(self, Call* call, CacheEntry entry, list leaves, object out,
                       double seconds) except -1
-    cdef void remember_hand_off(self, object like, str reason)
-    cdef str handed_off_again(self)
+    cdef void remember_hand_off(self, object like, str reason, CallSignature signature)
+    cdef str handed_off_again(self, Found* found)
 
     # The front end's hooks.
     cdef str parse(self, Call* call, Found* found, CallTimes* times)

@@ -435,19 +435,26 @@ cdef class Engine:
         self.executables.complete(entry, executable, finish, reason, seconds)
         return 0
 
-    cdef void remember_hand_off(self, object like, str reason):
+    cdef void remember_hand_off(self, object like, str reason, CallSignature signature):
         """The library took a call for what its arguments are (``like``, the
-        front end's description of them), for ``reason``; None forgets."""
+        front end's description of them), for ``reason``, with its leaves'
+        ``signature`` when it was made (None: refused before); None forgets."""
         self.handed_off_like = like
         self.memo_reason = reason
         self.memo_repeats = 0
+        self.memo_signature = signature
 
-    cdef str handed_off_again(self):
+    cdef str handed_off_again(self, Found* found):
         """A call the front end finds alike the one handed off: the reason to
-        hand it off before reading it, or None for every 64th, which goes the
-        whole way."""
+        hand it off before reading it, reported with that call's signature (a
+        trace counts its numpy data: it is converted on every call), or None
+        for every 64th, which goes the whole way."""
         self.memo_repeats += 1
-        return self.memo_reason if self.memo_repeats & 63 else None
+        if not self.memo_repeats & 63:
+            return None
+        if self.memo_signature is not None:
+            keep(&found.signature, self.memo_signature)
+        return self.memo_reason
 
     # -- the front end's hooks ---------------------------------------------
 

@@ -267,7 +267,7 @@ cdef class CompiledFunction(Engine):
             # unhashable static argument, a leaf it rejects), or a call of
             # trees for its leaves' sake (numpy values, a step counter's new
             # value: it converts them faster).  This one goes to it unflattened.
-            reason = self.handed_off_again()
+            reason = self.handed_off_again(found)
             if reason is not None:
                 return reason
         if previous is not None and not previous.entry.evicted:
@@ -396,7 +396,7 @@ cdef class CompiledFunction(Engine):
         previous.hand_off_guarded = (previous.layout is not None and entry.executable is None
                                      and entry.hand_off_reason is _HOST_DATA)
         self.previous = previous
-        self.remember_hand_off(None, None)
+        self.remember_hand_off(None, None, None)
 
     cdef void handed_off(self, Call* call, CacheEntry entry, str reason):
         """jax.jit takes a call.  Refused before any entry was found (None: jax.jit
@@ -405,13 +405,13 @@ cdef class CompiledFunction(Engine):
         arguments are trees: the next call laid out alike goes to jax.jit
         before it is flattened (see parse)."""
         if entry is None:
-            self.remember_hand_off(shape_of(call), reason)
+            self.remember_hand_off(shape_of(call), reason, None)
             return
         cdef PreviousJitCall previous = <PreviousJitCall>self.previous
         if previous is None or previous.entry is not entry or previous.layout is not None:
             return
         if reason is _HOST_DATA or reason is _NEW_SCALAR:
-            self.remember_hand_off(shape_of(call), reason)
+            self.remember_hand_off(shape_of(call), reason, entry.signature)
 
     cdef object returned(self, Call* call, object out):
         """The one post-hook check, then the output."""

@@ -472,7 +472,7 @@ cdef class NnxJitFunction(Engine):
             # flax's call, as the last one on these arguments was, without
             # the attempt to record it (a trace of its outputs, its graph
             # walked twice: costlier than flax's call itself).
-            reason = self.handed_off_again()
+            reason = self.handed_off_again(found)
             if reason is not None:
                 return reason
         return self._miss(call, found, holding, times)
@@ -518,7 +518,7 @@ cdef class NnxJitFunction(Engine):
         if record is None:
             key = _arguments_key(args, kwargs)
             self.hand_off_repeated = self.handed_off_like == key and self.memo_reason == refusal
-            self.remember_hand_off(key, refusal)
+            self.remember_hand_off(key, refusal, None)
         ended(call, times, False, now_ns() - times.found if compiled else 0,
               None if compiled else _NEW_GRAPH, entry.signature if record is not None else None)
         keep(&found.out, out)
@@ -528,7 +528,7 @@ cdef class NnxJitFunction(Engine):
         """The Record that runs ``entry``'s executable on ``graph``: ``holding``,
         one more shape of it, where the graph is its own (its guards); else a
         new Record, first in line."""
-        self.remember_hand_off(None, None)
+        self.remember_hand_off(None, None, None)
         self.hand_off_repeated = False
         if holding is not None and graph.guards is holding.guards:
             holding.add_shape(graph.signature, entry, graph.out_treedef)
@@ -559,7 +559,7 @@ cdef class NnxJitFunction(Engine):
     def clear_cache(self):
         """Forget the records and executables (flax's jit keeps its own traces)."""
         self.records = ()
-        self.remember_hand_off(None, None)
+        self.remember_hand_off(None, None, None)
         self.hand_off_repeated = False
         self.executables.clear()
 

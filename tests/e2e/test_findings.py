@@ -242,6 +242,51 @@ def test_host_transfer_of_numpy_batches(tmp_path):
     assert "256 bytes a call" in finding["message"]
 
 
+def test_host_transfer_of_nested_trees_counts_every_call(tmp_path):
+    # A call of trees jax.jit takes for its numpy leaves is handed off before
+    # it is read, but every 64th: each is still a transfer of the same data.
+    report, _, line = run_traced(
+        tmp_path,
+        """\
+        import jax
+        import jax.numpy as jnp
+        import numpy as np
+
+
+        @jax.jit
+        def step(batch):
+            return sum(jnp.sum(part["x"]) for part in batch)
+
+
+        for i in range(200):
+            batch = [{"x": np.full((8,), i, np.float32)}, {"x": np.ones((8,), np.float32)}]
+            step(batch)  # PLANTED
+        """,
+    )
+    finding = only_finding(report, "host_transfer")
+    assert finding["line"] == line and finding["count"] == 200
+    assert "64 bytes a call" in finding["message"]
+
+
+def test_eager_ops_after_a_gradient_through_relu(tmp_path):
+    # jax's gradient of relu enters a debug_nans block, which sets the
+    # thread's own post hook (where --trace counts fast-path eager ops).
+    report, _, line = run_traced(
+        tmp_path,
+        """\
+        import jax
+        import jax.numpy as jnp
+
+        jax.grad(lambda v: jnp.sum(jax.nn.relu(v)))(jnp.ones(3))
+        x = jnp.ones(4)
+        for _ in range(150):
+            x = jnp.sin(x) * 0.5  # PLANTED
+        """,
+    )
+    finding = only_finding(report, "eager_ops")
+    assert finding["line"] == line and finding["count"] == 300
+
+
 def test_eager_ops_in_a_loop(tmp_path):
     report, stderr, line = run_traced(
         tmp_path,
