@@ -28,7 +28,7 @@ import numpy as np
 from fastdispatch._jax import process_of_program
 from fastdispatch.tracing.explain import closest_change, describe
 from fastdispatch.tracing.names import PHASES, label
-from fastdispatch.tracing.sites import made_at, remember_made, user_site
+from fastdispatch.tracing.sites import made_at, remember_made, short_path, user_site
 
 __all__ = ["FunctionStats", "PHASES", "Trace"]
 
@@ -449,12 +449,4 @@ def _name_and_location(fn, cwd):
     code = getattr(target, "__code__", None)
     if code is None:
         return name, "?"
-    return name, f"{_short_path(code.co_filename, cwd)}:{code.co_firstlineno}"
-
-
-def _short_path(filename, cwd):
-    try:
-        relative = os.path.relpath(filename, cwd)
-    except ValueError:  # another drive on Windows
-        return filename
-    return filename if relative.startswith("..") else relative
+    return name, f"{short_path(code.co_filename, cwd)}:{code.co_firstlineno}"

@@ -18,7 +18,7 @@ import sys
 import sysconfig
 import weakref
 
-__all__ = ["library_code", "made_at", "remember_made", "short", "user_frame", "user_site"]
+__all__ = ["library_code", "made_at", "remember_made", "short", "short_path", "user_frame", "user_site"]
 
 # Packages whose frames are never the user's: the work is done there, the
 # decision to do it is made in the program.
@@ -71,15 +71,42 @@ def user_site(frame=None):
 
 
 def short(site, cwd) -> str:
-    """``prog.py:12``: the file relative to ``cwd`` when it is below it."""
+    """``prog.py:12``: the site's file as ``short_path`` names it."""
     if site is None:
         return "?"
     filename, line = site
+    return f"{short_path(filename, cwd)}:{line}"
+
+
+def short_path(filename, cwd) -> str:
+    """An installed package's file by its package (``optax/_src/alias.py``),
+    else the file relative to ``cwd`` when it is below it, else as it is."""
+    for root in _installed_roots():
+        if filename.startswith(root):
+            return filename[len(root) :]
     try:
         relative = os.path.relpath(filename, cwd)
     except ValueError:  # another drive on Windows
-        relative = filename
-    return f"{filename if relative.startswith('..') else relative}:{line}"
+        return filename
+    return filename if relative.startswith("..") else relative
+
+
+_installed = None
+_INSTALL_DIRS = ("site-packages", "dist-packages")
+
+
+def _installed_roots():
+    """Where installed packages and the standard library live, longest first."""
+    global _installed
+    if _installed is None:
+        paths = sysconfig.get_paths()
+        roots = [paths[key] for key in ("purelib", "platlib", "stdlib", "platstdlib") if key in paths]
+        roots += [
+            entry for entry in sys.path if os.path.basename(entry) in ("site-packages", "dist-packages")
+        ]
+        roots += [os.path.realpath(root) for root in roots]
+        _installed = tuple(sorted({os.path.join(root, "") for root in roots}, key=len, reverse=True))
+    return _installed
 
 
 # -- the line that made a compiled function ---------------------------------------
