@@ -16,7 +16,8 @@ one sentence saying what to change:
   eager_ops             jax operations dispatched one by one outside jit
 
 A site must cross a threshold to be a finding (below): a handful of host
-reads to print a loss every few epochs is not one.
+reads to print a loss every few epochs is not one, nor are host syncs that
+cost under a thousandth of the traced wall time.
 """
 
 from __future__ import annotations
@@ -35,6 +36,10 @@ MIN_NEW_WRAPPERS = 1
 MIN_HOST_SYNCS = 10
 MIN_HOST_TRANSFERS = 10
 MIN_EAGER_OPS = 100
+# ... and the least share of the wall time the host syncs at one site cost
+# (0.02 s of reads in a three-minute run is clutter).  Timed around each
+# read; an eager op on jax's fast path is not always timed (hooks.py).
+MIN_WALL_SHARE = 0.001
 
 KINDS = ("recompile_new_object", "shape_churn", "new_wrapper", "host_sync", "host_transfer", "eager_ops")
 
@@ -60,7 +65,7 @@ def summary(trace) -> dict:
 
     functions = trace.function_stats()
     wall_ns = trace._wall_ns()
-    findings = _function_findings(functions, trace._cwd, label) + _site_findings(trace, label)
+    findings = _function_findings(functions, trace._cwd, label) + _site_findings(trace, wall_ns)
     findings.sort(key=lambda f: -f.seconds)
     return {
         "title": trace_title(process_of_program()),
@@ -164,9 +169,9 @@ def _new_wrapper(s, cause, site, cwd, label):
     return _finding("new_wrapper", site, cause.count, cause.ns, message, cwd, label(s))
 
 
-def _site_findings(trace, label) -> list:
+def _site_findings(trace, wall_ns) -> list:
     """host_transfer, host_sync and eager_ops: one finding per call site
-    past its kind's threshold."""
+    past its kind's thresholds."""
     candidates = [
         ("host_transfer", MIN_HOST_TRANSFERS, site, calls, ns, _transfer_message(calls, total_bytes))
         for site, (calls, total_bytes, ns) in trace._transfers.items()
@@ -182,6 +187,7 @@ def _site_findings(trace, label) -> list:
         candidates += [
             ("host_sync", MIN_HOST_SYNCS, site, count, ns, _sync_message(count, hows))
             for site, (count, ns, hows) in by_site.items()
+            if ns >= MIN_WALL_SHARE * wall_ns
         ]
         candidates += [
             ("eager_ops", MIN_EAGER_OPS, site, count, ns, _eager_message(count))
