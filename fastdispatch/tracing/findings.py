@@ -190,7 +190,7 @@ def _site_findings(trace, wall_ns) -> list:
             if ns >= MIN_WALL_SHARE * wall_ns
         ]
         candidates += [
-            ("eager_ops", MIN_EAGER_OPS, site, count, ns, _eager_message(count))
+            ("eager_ops", MIN_EAGER_OPS, site, count, ns, _eager_message(count, tally.built.get(site)))
             for site, (count, ns) in tally.eager.items()
         ]
     return [
@@ -214,7 +214,12 @@ def _sync_message(count, hows):
     )
 
 
-def _eager_message(count):
+def _eager_message(count, built):
+    if built:
+        return (
+            f"{count} jax operations dispatched one by one while building {built} here; "
+            f"build it under jit (a jitted function that makes it), or once"
+        )
     return (
         f"{count} jax operations dispatched one by one outside jit here; move them into the jitted "
         f"function (or jit the loop body)"

@@ -24,7 +24,9 @@ anything else, one with no reverse-mode rule).  While installed:
 - compile phases: jax.monitoring's durations of tracing, lowering and XLA.
 
 Each event is counted once, at its outermost hook (an eager op that reads
-an array is one eager op), by the user's file and line (``sites.user_frame``).
+an array is one eager op), by the user's file and line (``sites.user_frame``);
+an eager op inside constructors, at the line that builds the outermost object
+(a model: one finding there, not one per layer).
 
 Times: a sync, and an eager op on jax's Python path, are timed around the
 call.  The C++ fast path runs no Python before the op, only after it (the
@@ -73,6 +75,7 @@ class Tally:
     def __init__(self):
         self.syncs = {}  # (site, how) -> [count, ns]
         self.eager = {}  # site -> [count, ns]
+        self.built = {}  # site of eager ops in constructors -> the class it builds
         self.compile_seconds = dict.fromkeys(_jax.COMPILE_PHASE_EVENTS.values(), 0.0)
 
     def add(self, table, key, ns):
@@ -110,8 +113,8 @@ def _count(table, key, frame, ns, end):
         tally.add(getattr(tally, table), key, ns)
 
 
-def _timed(call, table, frame, how=None):
-    """``call()``, timed, as one event at ``frame``'s line."""
+def _timed(call, table, frame, how=None, site=None):
+    """``call()``, timed, as one event at ``frame``'s line (or ``site``)."""
     _local.busy = True
     began = time.perf_counter_ns()
     try:
@@ -119,8 +122,35 @@ def _timed(call, table, frame, how=None):
     finally:
         end = time.perf_counter_ns()
         _local.busy = False
-        site = (frame.f_code.co_filename, frame.f_lineno)
+        site = site or (frame.f_code.co_filename, frame.f_lineno)
         _count(table, site if how is None else (site, how), frame, end - began, end)
+
+
+_COMPREHENSIONS = ("<listcomp>", "<dictcomp>", "<setcomp>", "<genexpr>")
+
+
+def _op_site(frame):
+    """Where an eager op at ``frame`` is reported: its line, or, inside
+    constructors (a model's layers, whose initialisers run one op at a
+    time), the program's line that builds the outermost object, which the
+    tallies remember with its class's name."""
+    built = None
+    outer = frame
+    while True:
+        body = outer
+        while body.f_code.co_name in _COMPREHENSIONS and body.f_back is not None:
+            body = body.f_back  # [Block(k) for k in keys] in a constructor: the constructor's
+        if body.f_code.co_name != "__init__":
+            break
+        caller = user_frame(body.f_back)
+        if caller is None:
+            break
+        built, outer = body.f_code.co_qualname.rpartition(".__init__")[0], caller
+    site = (outer.f_code.co_filename, outer.f_lineno)
+    if built:
+        for tally in _tallies:
+            tally.built[site] = built
+    return site
 
 
 # -- host syncs ------------------------------------------------------------------
@@ -197,8 +227,7 @@ def _count_fast_path(jitted, caller):
         if fun is None or _jax_own(fun):
             frame = user_frame(caller)
             if frame is not None:
-                site = (frame.f_code.co_filename, frame.f_lineno)
-                _count("eager", site, frame, _fast_path_time(fun, frame, end), end)
+                _count("eager", _op_site(frame), frame, _fast_path_time(fun, frame, end), end)
 
 
 def _fast_path_time(fun, frame, end):
@@ -224,7 +253,7 @@ def _python_path(fun, run):
     frame = user_frame(sys._getframe(1))
     if frame is None:
         return run()
-    return _timed(run, "eager", frame)
+    return _timed(run, "eager", frame, site=_op_site(frame))
 
 
 def _hook_fast_path():

@@ -181,3 +181,28 @@ def test_a_debug_nans_block_still_checks_under_the_hooks(tally):
         with pytest.raises(FloatingPointError):
             log(-jnp.ones(2))  # jax's check, which the thread's hook (ours) calls
     assert np.isnan(log(-jnp.ones(2))).all()  # outside the block: no check
+
+
+class Layer:
+    def __init__(self, key):
+        self.w = jax.random.normal(key, (3, 3))  # eager ops, reported where the model is built
+        self.b = jnp.zeros(3)
+
+
+class Stack:
+    def __init__(self, key):
+        self.layers = [Layer(k) for k in jax.random.split(key, 4)]
+
+
+def test_eager_ops_in_constructors_are_counted_where_the_model_is_built(tally):
+    Stack(jax.random.key(0))  # the model built here
+    count, _ = only_site(tally.eager, "Stack(jax.random.key(0))")
+    assert count >= 4 * 2 + 1  # each layer's two (or more), the split
+    (site,) = [site for site in tally.eager if "Stack(jax.random.key(0))" in linecache.getline(*site)]
+    assert tally.built[site] == "Stack"
+    assert [site for site in tally.eager if "self." in linecache.getline(*site)] == []
+    x = jnp.ones(2)
+    for _ in range(3):
+        x = jnp.sin(x)  # outside any constructor: its own line, no class
+    (loop,) = [site for site in tally.eager if "x = jnp.sin(x)" in linecache.getline(*site)]
+    assert loop not in tally.built
