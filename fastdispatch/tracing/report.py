@@ -10,6 +10,12 @@ __all__ = ["compile_count_message", "format_findings", "format_report", "format_
 # report shows instead (4 hits once gave "6.8 / 3.9 / 4.5": a p99 under the mean).
 P99_MIN_HITS = 100
 
+# No line of the report is longer (a cell is clipped first, then the line):
+# the whole of every name stays in --trace-json.
+MAX_LINE = 160
+MAX_LABEL = 64
+MAX_HAND_OFFS = 40
+
 OVERHEAD_NOTE = (
     "overhead: time of a call outside its executable launch, (end - start) - launch, "
     "over hits on the fast path,\n"
@@ -34,7 +40,7 @@ def format_report(functions, wall_ns, process=None, summary=None):
         lines.append("(no compiled function was called)")
         if summary is not None:
             lines += format_findings(summary["findings"])
-        return "\n".join(lines) + "\n"
+        return _joined(lines)
     header = (
         "function",
         "calls",
@@ -56,14 +62,14 @@ def format_report(functions, wall_ns, process=None, summary=None):
         hand_offs = ", ".join(f"{reason} {n}" for reason, n in s.hand_offs.most_common())
         rows.append(
             (
-                label(s),
+                _clip_label(label(s)),
                 str(s.calls),
                 str(s.hits),
                 str(s.compiles),
                 f"{s.compile_ns / 1e9:.3f}",
                 overhead,
                 f"{100 * s.call_ns / wall_ns:.1f}%" if wall_ns else "-",
-                hand_offs or "-",
+                _clip(hand_offs, MAX_HAND_OFFS) or "-",
             )
         )
     lines += _table(rows, right_aligned=range(1, 7))
@@ -72,7 +78,7 @@ def format_report(functions, wall_ns, process=None, summary=None):
     for s in functions:
         if s.fast_calls:
             phase_rows.append(
-                (label(s),) + tuple(f"{total / s.fast_calls / 1e3:.1f}" for total in s.phase_ns)
+                (_clip_label(label(s)),) + tuple(f"{total / s.fast_calls / 1e3:.1f}" for total in s.phase_ns)
             )
     lines += _table(phase_rows, right_aligned=range(1, 6))
     recompiled = [s for s in functions if s.recompiles]
@@ -88,7 +94,7 @@ def format_report(functions, wall_ns, process=None, summary=None):
         lines += format_executables(summary["executables"])
         lines += format_findings(summary["findings"])
     lines += ["", OVERHEAD_NOTE]
-    return "\n".join(lines) + "\n"
+    return _joined(lines)
 
 
 def _tail(s):
@@ -146,6 +152,22 @@ def format_findings(findings):
         lines.append(f"  {f['file']}:{f['line']}  {f['kind']}, {f['count']}x, {f['seconds']:.3f} s")
         lines.append(f"    {f['message']}")
     return lines
+
+
+def _joined(lines):
+    """The report's text, no line over MAX_LINE."""
+    return "".join(_clip(line, MAX_LINE) + "\n" for line in "\n".join(lines).split("\n"))
+
+
+def _clip(text, limit):
+    """``text``, or its start and "..." to fit ``limit``."""
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _clip_label(text):
+    """A function's label, or "..." and its end to fit MAX_LABEL: the end
+    holds the function's own name and where it was defined."""
+    return text if len(text) <= MAX_LABEL else "..." + text[len(text) - MAX_LABEL + 3 :]
 
 
 def _count(n, noun):

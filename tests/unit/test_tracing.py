@@ -182,6 +182,24 @@ def test_report_has_a_row_per_function_and_explains_recompiles():
     assert "overhead: time of a call outside its executable launch" in text
 
 
+def test_no_report_line_is_over_160_characters_and_labels_keep_their_end():
+    def a_function_whose_name_goes_on_and_on_well_past_what_a_table_column_can_hold(y):
+        return y
+
+    long = FakeCompiled(a_function_whose_name_goes_on_and_on_well_past_what_a_table_column_can_hold)
+    t = Trace()
+    for reason in ("tracer", "numpy arguments", "a new Python scalar value", "debug_nans or debug_infs"):
+        call(t, long, None, hit=False, hand_off=reason)
+    t.stop()
+    text = t.report()
+    assert max(len(line) for line in text.splitlines()) <= report.MAX_LINE
+    row = next(line for line in text.splitlines() if "can_hold (" in line)
+    assert row.startswith("...") and "test_tracing.py:" in row
+    assert "tracer 1" in row
+    everything = tracing.findings.summary(t)["functions"][0]
+    assert everything["name"].endswith("can_hold")  # the JSON keeps the whole
+
+
 def test_one_call_is_told_in_the_singular():
     t = Trace()
     call(t, F, SIG4)
