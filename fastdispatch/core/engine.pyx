@@ -104,9 +104,12 @@ def library_function(function):
 
 
 def set_trace_sink(sink):
-    """Send every call's timings to ``sink.record(...)``; None stops it."""
-    global _trace_sink
+    """Send every call's timings to ``sink.record(...)``, and a sample of
+    fast-path calls' outputs to ``sink.device_time(...)`` where the sink has
+    it; None stops it."""
+    global _trace_sink, _device_sink
     _trace_sink = sink
+    _device_sink = getattr(sink, "device_time", None)
 
 
 cdef object trace_sink():
@@ -189,6 +192,29 @@ cdef int stamp_end(Call* call, CallTimes* times, bint hit, long long compile_ns,
             <object>call.function,
             (times.start, times.flattened, times.keyed, times.found, times.launched, times.end),
             hit, compile_ns, reason, signature)
+    return 0
+
+
+# --trace learns what a call costs the device by waiting for the outputs of
+# the first DEVICE_BURST of every DEVICE_EVERY launches it watches, once the
+# call is recorded: the first of a burst empties the device's queue, so that
+# each next one runs alone, and the wait after its launch returned is the
+# device's work the launch left (sink.device_time).
+cdef enum:
+    DEVICE_EVERY = 256
+    DEVICE_BURST = 4
+DEVICE_SAMPLING = (DEVICE_EVERY, DEVICE_BURST)
+cdef unsigned long long _watched_launches = 0
+cdef object _device_sink = None  # the trace sink's device_time, if it has one
+
+
+cdef int _sample_device(Call* call, CallTimes* times, object outputs) except -1:
+    global _watched_launches
+    cdef unsigned long long index = _watched_launches % DEVICE_EVERY
+    _watched_launches += 1
+    sink = _device_sink
+    if index < DEVICE_BURST and sink is not None:
+        sink(<object>call.function, index, times.start, times.launched, outputs)
     return 0
 
 
@@ -414,6 +440,8 @@ cdef class Engine:
         finish = entry.finish if found.finish == NULL else <object>found.finish
         keep(&found.out, (<Outputs>finish).rebuild(outputs))
         ended(call, times, True, 0, None, entry.signature)
+        if times.watch & WATCH_CLOCK:
+            _sample_device(call, times, outputs)
         return None
 
     cdef int complete(self, Call* call, CacheEntry entry, list leaves, object out,

@@ -92,7 +92,13 @@ def wall_split(functions, wall_ns, tally) -> dict:
         "eager_ops": eager,
         "host_syncs": syncs,
         "rest": max(rest, 0.0),
+        # Overlapping the above: the device's time past the launches, from the sampled calls.
+        "device_work": min(_device_work(functions), wall_ns / 1e9),
     }
+
+
+def _device_work(functions):
+    return sum(s.device_ns / s.device_calls * s.fast_calls for s in functions if s.device_calls) / 1e9
 
 
 def executables(trace, functions, label) -> list:

@@ -39,6 +39,10 @@ _FOLD_EVERY = 4096
 # The five phases of a call, between the six stamps of ``times``.
 _LAUNCH = PHASES.index("launch")
 
+# A function is device-bound when a call of it, run alone, keeps the device
+# busy for at least this share of the time between its calls on the host.
+DEVICE_BOUND_SHARE = 0.8
+
 # How many earlier signatures of one function a recompile is compared against,
 # and how many explanations per function are kept for the report.
 _SIGNATURES_KEPT = 64
@@ -128,6 +132,32 @@ class FunctionStats:
         self.causes = {}  # (kind, paths) -> Cause: recompiles a finding reports
         self.wrappers = set()  # serials of the wrapper objects that compiled
         self.arg_names = None  # positional parameter names, for front ends whose signatures have none
+        self.period = _Histogram()  # ns between the starts of its calls (after no waited call)
+        self.device_ns = 0  # launch returned to outputs ready, run alone, over the waited calls
+        self.device_calls = 0
+
+    def add_periods(self, periods):
+        self.period.add_array(periods)
+
+    def add_device_time(self, ns):
+        self.device_ns += ns
+        self.device_calls += 1
+
+    def device(self):
+        """What the sampled calls say (None: no call was waited for): the
+        median period between its calls on the host, the device's time for a
+        call run alone past its launch (us), and the verdict."""
+        if not self.device_calls:
+            return None
+        device_us = self.device_ns / self.device_calls / 1e3
+        period_us = self.period.quantile(0.5) / 1e3
+        bound = "device-bound" if device_us >= DEVICE_BOUND_SHARE * period_us else "host-bound"
+        return {
+            "period_us": period_us,
+            "device_us": device_us,
+            "waited_calls": self.device_calls,
+            "verdict": bound if period_us else None,
+        }
 
     def add_calls(self, phases, overhead, hit, fast):
         """Fold a batch of calls: ``phases`` (calls x 5 ns), ``overhead``
@@ -164,6 +194,7 @@ class FunctionStats:
             "phase_ns_mean": {phase: total / fast for phase, total in zip(PHASES, self.phase_ns)},
             "call_seconds": self.call_ns / 1e9,
             "wall_share": self.call_ns / wall_ns if wall_ns else 0.0,
+            "device": self.device(),
             "recompiles": [
                 {"compile": number, "changes": list(changes)} for number, changes in self.recompiles
             ],
@@ -192,6 +223,8 @@ class Trace:
         self._serials = itertools.count()  # one per wrapper object seen
         self._compiled = {}  # id(signature) -> (signature, function key): whose executable
         self.tally = None  # hooks.Tally while host syncs and eager ops are watched
+        self._waited = collections.defaultdict(set)  # function key -> starts of the calls waited for
+        self._last_start = {}  # function key -> start of its latest folded call
 
     def made(self, fn):
         """The dispatcher made compiled function ``fn`` (called by whoever called jit)."""
@@ -228,6 +261,30 @@ class Trace:
         if len(self._pending) >= _FOLD_EVERY:
             self._fold()
 
+    # -- device time (sampled: core.engine's DEVICE_SAMPLING) -------------
+    def device_time(self, fn, index, start, launched, outputs):
+        """A call just ran on the fast path (it started at ``start``; its
+        launch returned at ``launched``): wait for its ``outputs``.  Unless it
+        is the first of a burst (``index`` 0: it may wait for work queued
+        before it), the wait is the device's time for it, run alone, past
+        the launch (a backend that runs a small program inside the launch,
+        XLA's CPU client, leaves none: that call's time is the host's)."""
+        busy = False
+        for output in outputs:
+            try:
+                if not output.is_ready():
+                    busy = True
+                    output.block_until_ready()
+            except Exception:  # deleted, or the run's own error: whoever reads it gets that
+                pass
+        # Outputs ready before the wait: the device was done within the
+        # host's own work since the launch (the report's record of the call).
+        ready = time.perf_counter_ns() if busy else launched
+        key = self._key_of(fn)
+        self._waited[key].add(start)  # the next period is the wait's, not the program's
+        if index:
+            self._functions[key].add_device_time(ready - launched)
+
     # -- folding (batched) ------------------------------------------------
     def _fold(self):
         with self._fold_lock:
@@ -263,6 +320,7 @@ class Trace:
             groups = [(key, codes == i) for key, i in index.items()]
         for key, rows in groups:
             self._functions[key].add_calls(phases[rows], overhead[rows], hit[rows], fast[rows])
+            self._fold_periods(key, stamps[rows, 0])
 
         # Misses, compiles and hand-offs are rare: one at a time, in order.
         if not (no_hand_off and hit.all() and compiles.count(0) == n):
@@ -288,6 +346,21 @@ class Trace:
         self._calls_seen += n
         while self._batched_calls - len(self._batches[0][0]) >= self.max_events:
             self._batched_calls -= len(self._batches.popleft()[0])
+
+    def _fold_periods(self, key, starts):
+        """The periods between a function's calls, but those after a call
+        whose outputs were waited for."""
+        last = self._last_start.get(key)
+        self._last_start[key] = int(starts[-1])
+        earlier = starts[:-1] if last is None else np.concatenate(([last], starts[:-1]))
+        later = starts[1:] if last is None else starts
+        waited = self._waited.get(key)
+        if waited:
+            seen = tuple(waited)  # one step: a thread may add to it meanwhile
+            kept = ~np.isin(earlier, np.array(seen, np.int64))
+            earlier, later = earlier[kept], later[kept]
+            waited.difference_update([w for w in seen if w < self._last_start[key]])
+        self._functions[key].add_periods(later - earlier)
 
     def _key_of(self, fn):
         """The (name, location) of a compiled function, looked up once per function."""

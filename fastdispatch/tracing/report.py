@@ -25,6 +25,13 @@ OVERHEAD_NOTE = (
 )
 
 
+DEVICE_NOTE = (
+    "host or device: period, the median time between calls on the host; device, the device's time\n"
+    "  for a call run alone past its launch (a few calls in every 256 are waited for); device-bound\n"
+    "  when that is at least 80% of the period (a faster dispatch would not help), else host-bound:"
+)
+
+
 def format_report(functions, wall_ns, process=None, summary=None):
     """The report of these FunctionStats; ``process``: ``(index, count)`` in a
     program of several processes, named in the header; ``summary``: the
@@ -81,6 +88,7 @@ def format_report(functions, wall_ns, process=None, summary=None):
                 (_clip_label(label(s)),) + tuple(f"{total / s.fast_calls / 1e3:.1f}" for total in s.phase_ns)
             )
     lines += _table(phase_rows, right_aligned=range(1, 6))
+    lines += _device_table(functions)
     recompiled = [s for s in functions if s.recompiles]
     if recompiled:
         lines += ["", "recompiles (what changed against the closest earlier signature):"]
@@ -95,6 +103,26 @@ def format_report(functions, wall_ns, process=None, summary=None):
         lines += format_findings(summary["findings"])
     lines += ["", OVERHEAD_NOTE]
     return _joined(lines)
+
+
+def _device_table(functions):
+    """Host-bound or device-bound, per function whose calls were sampled."""
+    rows = [("function", "period us", "device us", "waited", "verdict")]
+    for s in functions:
+        device = s.device()
+        if device is not None and device["verdict"]:
+            rows.append(
+                (
+                    _clip_label(label(s)),
+                    f"{device['period_us']:.1f}",
+                    f"{device['device_us']:.1f}",
+                    str(device["waited_calls"]),
+                    device["verdict"],
+                )
+            )
+    if len(rows) == 1:
+        return []
+    return ["", DEVICE_NOTE] + _table(rows, right_aligned=range(1, 4))
 
 
 def _tail(s):
@@ -121,7 +149,15 @@ def format_split(split, wall_seconds):
         for name, seconds, note in parts
         if seconds is not None
     ]
-    return ["wall time:"] + ["  " + row for row in _table(rows, right_aligned=(1, 2))]
+    lines = ["wall time:"] + ["  " + row for row in _table(rows, right_aligned=(1, 2))]
+    device = split.get("device_work")
+    if device and wall_seconds:
+        share = 100 * device / wall_seconds
+        lines.append(
+            f"  device work of compiled calls, estimated: {device:.3f} s ({share:.1f}%), "
+            f"which host syncs and launches wait for"
+        )
+    return lines
 
 
 def format_executables(rows):

@@ -380,3 +380,59 @@ def test_trace_replaces_no_name_routing_does_not(tmp_path):
     outputs = [run_prog(tmp_path, *options).stdout for options in ([], ["--trace"])]
     assert outputs[0] == outputs[1]
     assert outputs[0].startswith("True ")
+
+
+def verdict_of(report, name):
+    (function,) = [f for f in report["functions"] if f["name"] == name]
+    return function["device"]
+
+
+def test_many_tiny_steps_are_host_bound(tmp_path):
+    report, stderr, _ = run_traced(
+        tmp_path,
+        """\
+        import jax
+        import jax.numpy as jnp
+
+
+        @jax.jit
+        def tiny(x):
+            return x + 1
+
+
+        x = jnp.zeros(4)
+        for _ in range(2000):
+            x = tiny(x)
+        """,
+    )
+    device = verdict_of(report, "tiny")
+    assert device["verdict"] == "host-bound" and device["waited_calls"] >= 20
+    assert device["device_us"] < device["period_us"]
+    assert "host-bound" in stderr
+
+
+def test_a_large_matmul_printing_its_loss_is_device_bound(tmp_path):
+    report, stderr, _ = run_traced(
+        tmp_path,
+        """\
+        import jax
+        import jax.numpy as jnp
+
+
+        @jax.jit
+        def big(w, x):
+            x = jnp.tanh(x @ w)
+            return x, jnp.mean(x)
+
+
+        w = jnp.ones((1024, 1024)) / 1024
+        x = jnp.ones((1024, 1024))
+        for step in range(300):
+            x, loss = big(w, x)
+            print(f"step {step}: loss {float(loss):.4f}")
+        """,
+    )
+    device = verdict_of(report, "big")
+    assert device["verdict"] == "device-bound" and device["waited_calls"] >= 4
+    assert report["split"]["device_work"] > 0.5 * report["split"]["host_syncs"]
+    assert "device-bound" in stderr and "device work of compiled calls" in stderr

@@ -10,6 +10,7 @@ runs the whole dispatcher.
 import json
 import re
 import threading
+import time
 
 import jax
 import jax.numpy as jnp
@@ -546,3 +547,45 @@ def test_trace_keeps_no_dropped_function_alive():
         assert x() is None
     (row,) = t.stats().values()
     assert (row["calls"], row["compiles"]) == (3, 1)
+
+
+class _Output:
+    """An output the device is still computing (``busy``), or has computed."""
+
+    def __init__(self, busy):
+        self.busy = busy
+
+    def is_ready(self):
+        return not self.busy
+
+    def block_until_ready(self):
+        return self
+
+
+def test_device_time_and_periods_make_the_verdict():
+    t = Trace()
+    for i in range(10):
+        call(t, F, SIG4, start=i * 10_000)  # a call every 10 us
+        if i in (3, 4):  # a burst: the first waits for the queue, the second counts
+            launched = time.perf_counter_ns() - 50_000  # 50 us before the wait ends
+            t.device_time(F, i - 3, i * 10_000, launched, [_Output(busy=True)])
+    t.stop()
+    stats = t.function_stats()[0]
+    assert stats.device_calls == 1
+    device = stats.device()
+    # The periods after the waited calls (3 and 4) are not the program's.
+    assert device["period_us"] == pytest.approx(10.0, rel=0.05)
+    assert device["waited_calls"] == 1
+    assert device["device_us"] >= 50  # the wait, run alone, past the launch
+    assert device["verdict"] == "device-bound"  # at least 80% of the 10 us period
+
+
+def test_outputs_ready_before_the_wait_cost_the_device_nothing_past_the_launch():
+    t = Trace()
+    call(t, F, SIG4, start=0)
+    t.device_time(F, 1, 0, 5_000, [_Output(busy=False)])
+    call(t, F, SIG4, start=20_000)
+    call(t, F, SIG4, start=40_000)
+    t.stop()
+    device = t.function_stats()[0].device()
+    assert device["device_us"] == 0 and device["verdict"] == "host-bound"
