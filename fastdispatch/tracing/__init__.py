@@ -7,6 +7,7 @@ The package, by job:
   findings.py   the report's model: wall-time split, executables, findings (--trace-json)
   sites.py      the user's file and line of an event
   hooks.py      host syncs, eager ops and compile phases, watched under --trace only
+  sampler.py    the main thread's stack, sampled under --trace only: where "the rest" goes
   chrome.py     the Chrome trace-event file (Perfetto)
   here          the switch: which traces are on, and the public API
 
@@ -51,6 +52,13 @@ class _FanOut:
     def made(self, fn):
         self.traces[0].made(fn)  # one record of where: sites.made_at
 
+    def device_time(self, fn, index, start, launched, outputs):
+        from fastdispatch.tracing.recorder import device_wait
+
+        ns = device_wait(launched, outputs)  # once: then the outputs are ready
+        for t in self.traces:
+            t.add_device_time(fn, index, start, ns)
+
 
 def _install():
     if not _active:
@@ -74,9 +82,11 @@ def start(max_events=100_000, watch_host=False):
     t = Trace(max_events)
     if watch_host:
         from fastdispatch.tracing import hooks
+        from fastdispatch.tracing.sampler import Sampler
 
         t.tally = hooks.Tally()
         hooks.install(t.tally)
+        t.sampler = Sampler(threading.main_thread().ident).start()
     with _install_lock:
         _active.append(t)
         _install()
@@ -87,6 +97,8 @@ def start(max_events=100_000, watch_host=False):
 def stop(t):
     """Switch ``t`` off; its results stay readable."""
     t.stop()
+    if t.sampler is not None:
+        t.sampler.stop()
     if t.tally is not None:
         from fastdispatch.tracing import hooks
 

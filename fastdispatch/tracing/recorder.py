@@ -223,6 +223,7 @@ class Trace:
         self._serials = itertools.count()  # one per wrapper object seen
         self._compiled = {}  # id(signature) -> (signature, function key): whose executable
         self.tally = None  # hooks.Tally while host syncs and eager ops are watched
+        self.sampler = None  # sampler.Sampler while the main thread's stack is sampled
         self._waited = collections.defaultdict(set)  # function key -> starts of the calls waited for
         self._last_start = {}  # function key -> start of its latest folded call
 
@@ -264,26 +265,15 @@ class Trace:
     # -- device time (sampled: core.engine's DEVICE_SAMPLING) -------------
     def device_time(self, fn, index, start, launched, outputs):
         """A call just ran on the fast path (it started at ``start``; its
-        launch returned at ``launched``): wait for its ``outputs``.  Unless it
-        is the first of a burst (``index`` 0: it may wait for work queued
-        before it), the wait is the device's time for it, run alone, past
-        the launch (a backend that runs a small program inside the launch,
-        XLA's CPU client, leaves none: that call's time is the host's)."""
-        busy = False
-        for output in outputs:
-            try:
-                if not output.is_ready():
-                    busy = True
-                    output.block_until_ready()
-            except Exception:  # deleted, or the run's own error: whoever reads it gets that
-                pass
-        # Outputs ready before the wait: the device was done within the
-        # host's own work since the launch (the report's record of the call).
-        ready = time.perf_counter_ns() if busy else launched
+        launch returned at ``launched``): wait for its ``outputs``, and
+        count the device's time for it (``device_wait``)."""
+        self.add_device_time(fn, index, start, device_wait(launched, outputs))
+
+    def add_device_time(self, fn, index, start, ns):
         key = self._key_of(fn)
         self._waited[key].add(start)  # the next period is the wait's, not the program's
-        if index:
-            self._functions[key].add_device_time(ready - launched)
+        if index:  # the first of a burst may wait for work queued before it
+            self._functions[key].add_device_time(ns)
 
     # -- folding (batched) ------------------------------------------------
     def _fold(self):
@@ -492,6 +482,23 @@ def _count_cause(stats, changes, compile_ns, site, wrapper_site, new_wrapper):
         cause.shapes = (cause.shapes + [", ".join(changes)])[-8:]
     elif key[0] == "new_object":
         cause.made_at = changes[0].made_at
+
+
+def device_wait(launched, outputs):
+    """Wait for a call's ``outputs``: ns from its launch returning
+    (``launched``) to their being ready, the device's time for the call past
+    the launch when the call ran alone.  Outputs ready before the wait: 0 (a
+    backend that runs a small program inside the launch, XLA's CPU client,
+    leaves none; else the device was done within the host's own work)."""
+    busy = False
+    for output in outputs:
+        try:
+            if not output.is_ready():
+                busy = True
+                output.block_until_ready()
+        except Exception:  # deleted, or the run's own error: whoever reads it gets that
+            pass
+    return time.perf_counter_ns() - launched if busy else 0
 
 
 def _host_bytes(signature):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from fastdispatch.tracing.names import PHASES, label, trace_title
+from fastdispatch.tracing.sampler import INTERVAL
 
 __all__ = ["compile_count_message", "format_findings", "format_report", "format_split", "trace_title"]
 
@@ -42,7 +43,8 @@ def format_report(functions, wall_ns, process=None, summary=None):
         f"in {wall_ns / 1e9:.3f} s wall"
     ]
     if summary is not None:
-        lines += format_split(summary["split"], summary["wall_seconds"]) + [""]
+        lines += format_split(summary["split"], summary["wall_seconds"])
+        lines += format_rest(summary.get("rest_lines"), summary["wall_seconds"]) + [""]
     if not functions:
         lines.append("(no compiled function was called)")
         if summary is not None:
@@ -157,6 +159,32 @@ def format_split(split, wall_seconds):
             f"  device work of compiled calls, estimated: {device:.3f} s ({share:.1f}%), "
             f"which host syncs and launches wait for"
         )
+    return lines
+
+
+# How many lines of "the rest" the text shows (--trace-json has them all).
+REST_LINES_SHOWN = 8
+
+
+def format_rest(rest_lines, wall_seconds):
+    """The lines "the rest" went to, most first, with the library call each was in."""
+    if not rest_lines or not wall_seconds:
+        return []
+    lines = [
+        f"  the rest, by your line (the main thread sampled every {1e3 * INTERVAL:.0f} ms, outside jax):"
+    ]
+    rows = [
+        (
+            f"{row['file']}:{row['line']}",
+            f"{row['seconds']:.3f} s",
+            f"{100 * row['seconds'] / wall_seconds:.1f}%",
+            f"in {row['library_call']}" if row["library_call"] else "",
+        )
+        for row in rest_lines[:REST_LINES_SHOWN]
+    ]
+    lines += ["    " + row for row in _table(rows, right_aligned=(1, 2))]
+    if len(rest_lines) > REST_LINES_SHOWN:
+        lines.append(f"    and {len(rest_lines) - REST_LINES_SHOWN} more lines (--trace-json: rest_lines)")
     return lines
 
 

@@ -12,7 +12,7 @@ made it (a new ``jax.jit`` wrapper inside a loop is reported there).
 
 from __future__ import annotations
 
-import importlib.util
+import importlib.machinery
 import os
 import sys
 import sysconfig
@@ -28,7 +28,10 @@ _LIBRARIES = ("fastdispatch", "jax", "jaxlib", "flax", "equinox", "numpy", "opta
 def _library_roots():
     roots = []
     for name in _LIBRARIES:
-        spec = importlib.util.find_spec(name) if name not in sys.modules else sys.modules[name].__spec__
+        # PathFinder, not importlib.util.find_spec: sys.meta_path holds the
+        # routing's finder, which a lookup before the import would set off.
+        module = sys.modules.get(name)
+        spec = module.__spec__ if module is not None else importlib.machinery.PathFinder.find_spec(name)
         for location in getattr(spec, "submodule_search_locations", None) or ():
             roots.append(os.path.join(os.path.realpath(location), ""))
             roots.append(os.path.join(location, ""))

@@ -436,3 +436,34 @@ def test_a_large_matmul_printing_its_loss_is_device_bound(tmp_path):
     assert device["verdict"] == "device-bound" and device["waited_calls"] >= 4
     assert report["split"]["device_work"] > 0.5 * report["split"]["host_syncs"]
     assert "device-bound" in stderr and "device work of compiled calls" in stderr
+
+
+def test_the_rest_goes_to_the_programs_lines(tmp_path):
+    report, stderr, line = run_traced(
+        tmp_path,
+        """\
+        import time
+
+        import jax
+        import jax.numpy as jnp
+        import numpy as np
+
+
+        def tokenize(text):
+            end = time.perf_counter() + 0.01
+            while time.perf_counter() < end:  # PLANTED
+                pass
+            return np.frombuffer(text.encode(), np.uint8)
+
+
+        step = jax.jit(lambda w, t: w + jnp.sum(t))
+        w = jnp.zeros((), jnp.int32)
+        for i in range(40):
+            w = step(w, jnp.asarray(tokenize("some text")))
+        """,
+    )
+    rest = report["rest_lines"]
+    assert rest and rest[0]["file"] == "prog.py" and rest[0]["line"] in (line, line + 1)
+    placed = sum(row["seconds"] for row in rest)
+    assert placed >= 0.5 * 40 * 0.01  # the planted lines' 0.4 s, sampled
+    assert "the rest, by your line" in stderr
