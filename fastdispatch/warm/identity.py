@@ -68,7 +68,13 @@ def _package_version(top: str) -> str:
     try:
         return importlib.metadata.version(top)
     except (importlib.metadata.PackageNotFoundError, ValueError):
-        return sys.version if _is_installed_file(getattr(module, "__file__", None)) else ""
+        pass
+    for distribution in _distributions_of(top):  # PyYAML's yaml, say
+        try:
+            return importlib.metadata.version(distribution)
+        except (importlib.metadata.PackageNotFoundError, ValueError):
+            continue
+    return sys.version if _is_installed_file(getattr(module, "__file__", None)) else ""
 
 
 @functools.lru_cache(maxsize=4096)
@@ -79,14 +85,46 @@ def _is_installed_file(path) -> bool:
 
 
 def _installed(module_name: str | None) -> bool:
-    """Code of this module is installed (stdlib, site-packages, fastdispatch itself)."""
+    """Code of this module is installed (stdlib, site-packages, a folder pip
+    installed into, fastdispatch itself)."""
     if not module_name:
         return False
     top = module_name.partition(".")[0]
     if top == "fastdispatch" or top in sys.builtin_module_names:
         return True
     module = sys.modules.get(module_name) or sys.modules.get(top)
-    return module is not None and _is_installed_file(getattr(module, "__file__", None))
+    if module is None:
+        return False
+    path = getattr(module, "__file__", None)
+    return _is_installed_file(path) or _in_its_distribution(top, path)
+
+
+@functools.lru_cache(maxsize=4096)
+def _in_its_distribution(top, path) -> bool:
+    """``path``, a file of package ``top``, lies in the folder its
+    distribution was installed into: ``pip install --target DIR`` on
+    PYTHONPATH (as on the TPU machine), a user site.  Not so an editable
+    install, whose files stay in the project (keyed by their source)."""
+    if path is None:
+        return False
+    real = os.path.realpath(path)
+    for name in _distributions_of(top):
+        try:
+            root = os.path.realpath(importlib.metadata.distribution(name).locate_file(""))
+        except (importlib.metadata.PackageNotFoundError, ValueError, TypeError):
+            continue
+        if real.startswith(os.path.join(root, "")):
+            return True
+    return False
+
+
+@functools.cache
+def _top_level_distributions():
+    return importlib.metadata.packages_distributions()  # scans every installed distribution: once
+
+
+def _distributions_of(top) -> tuple:
+    return tuple(_top_level_distributions().get(top, ()))
 
 
 @functools.lru_cache(maxsize=256)

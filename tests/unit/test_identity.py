@@ -1,0 +1,61 @@
+"""warm.identity: what counts as installed code, keyed by name and version."""
+
+import importlib
+import sys
+
+import pytest
+
+from fastdispatch.warm import identity
+
+
+def write_package(folder, name, version=None, dist_folder=None):
+    """A package ``name`` in ``folder``; with ``version``, its dist-info in
+    ``dist_folder`` (default: beside it, as pip --target writes it)."""
+    package = folder / name
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("class Mapping(dict):\n    pass\n")
+    if version is not None:
+        info = (dist_folder or folder) / f"{name}-{version}.dist-info"
+        info.mkdir(parents=True)
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+        (info / "top_level.txt").write_text(name + "\n")
+        (info / "RECORD").write_text(f"{name}/__init__.py,,\n")
+
+
+@pytest.fixture
+def on_path(monkeypatch):
+    def add(folder):
+        monkeypatch.syspath_prepend(str(folder))
+        importlib.invalidate_caches()
+        identity._top_level_distributions.cache_clear()
+        identity._in_its_distribution.cache_clear()
+
+    yield add
+    identity._top_level_distributions.cache_clear()
+    identity._in_its_distribution.cache_clear()
+
+
+def test_a_package_pip_installed_into_a_folder_on_the_path_is_installed(tmp_path, on_path):
+    # The TPU machine installs flax with pip install --target /tmp/site, on
+    # PYTHONPATH: its HashableMapping is a library's mapping, keyed by version.
+    write_package(tmp_path / "site", "fd_target_lib", "1.2.3")
+    on_path(tmp_path / "site")
+    try:
+        module = importlib.import_module("fd_target_lib")
+        assert identity._installed("fd_target_lib")
+        assert identity._package_version("fd_target_lib") == "1.2.3"
+        identity.value_digest(module.Mapping(a=1))  # described, not refused
+    finally:
+        sys.modules.pop("fd_target_lib", None)
+
+
+def test_an_editable_install_stays_the_programs_code(tmp_path, on_path):
+    # Its dist-info is elsewhere: its files are the project's, keyed by source.
+    write_package(tmp_path / "project", "fd_editable_lib", "0.1.0", dist_folder=tmp_path / "site")
+    on_path(tmp_path / "site")
+    on_path(tmp_path / "project")
+    try:
+        importlib.import_module("fd_editable_lib")
+        assert not identity._installed("fd_editable_lib")
+    finally:
+        sys.modules.pop("fd_editable_lib", None)
