@@ -35,9 +35,12 @@ def _library_roots():
         for location in getattr(spec, "submodule_search_locations", None) or ():
             roots.append(os.path.join(os.path.realpath(location), ""))
             roots.append(os.path.join(location, ""))
-    for key in ("stdlib", "platstdlib"):  # functools, contextlib, runpy, ...
-        roots.append(os.path.join(sysconfig.get_paths()[key], ""))
+    roots += _stdlib_roots()  # functools, contextlib, runpy, ...
     return tuple(dict.fromkeys(roots))
+
+
+def _stdlib_roots():
+    return [os.path.join(sysconfig.get_paths()[key], "") for key in ("stdlib", "platstdlib")]
 
 
 _roots = None
@@ -100,12 +103,21 @@ _INSTALL_DIRS = ("site-packages", "dist-packages")
 
 def _installed_roots():
     """Where installed packages and the standard library live, longest first."""
-    global _installed
+    global _installed, _roots
     if _installed is None:
         paths = sysconfig.get_paths()
         roots = [paths[key] for key in ("purelib", "platlib", "stdlib", "platstdlib") if key in paths]
         roots += [
             entry for entry in sys.path if os.path.basename(entry) in ("site-packages", "dist-packages")
+        ]
+        if _roots is None:
+            _roots = _library_roots()
+        # The folders holding the libraries (pip install --target DIR, on PYTHONPATH).
+        own = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "")
+        roots += [
+            os.path.dirname(os.path.dirname(root))
+            for root in _roots
+            if root not in _stdlib_roots() and root != own  # not a checkout of fastdispatch
         ]
         roots += [os.path.realpath(root) for root in roots]
         _installed = tuple(sorted({os.path.join(root, "") for root in roots}, key=len, reverse=True))
