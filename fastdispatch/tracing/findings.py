@@ -74,8 +74,8 @@ def summary(trace) -> dict:
         "functions": [s.as_dict(wall_ns) for s in functions],
         "executables": executables(trace, functions, label),
         "findings": [f.as_dict() for f in findings],
-        # "the rest", by the program's line, from the sampled main thread
-        "rest_lines": trace.sampler.rest_lines(trace._cwd) if trace.sampler is not None else [],
+        # the wall time by the program's line, from the sampled main thread
+        "lines": trace.sampler.by_line(trace._cwd) if trace.sampler is not None else [],
     }
 
 

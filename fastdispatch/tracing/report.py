@@ -44,7 +44,7 @@ def format_report(functions, wall_ns, process=None, summary=None):
     ]
     if summary is not None:
         lines += format_split(summary["split"], summary["wall_seconds"])
-        lines += format_rest(summary.get("rest_lines"), summary["wall_seconds"]) + [""]
+        lines += format_lines(summary.get("lines"), summary["wall_seconds"]) + [""]
     if not functions:
         lines.append("(no compiled function was called)")
         if summary is not None:
@@ -71,7 +71,7 @@ def format_report(functions, wall_ns, process=None, summary=None):
         hand_offs = ", ".join(f"{reason} {n}" for reason, n in s.hand_offs.most_common())
         rows.append(
             (
-                _clip_label(label(s)),
+                _clip_label(s),
                 str(s.calls),
                 str(s.hits),
                 str(s.compiles),
@@ -87,7 +87,7 @@ def format_report(functions, wall_ns, process=None, summary=None):
     for s in functions:
         if s.fast_calls:
             phase_rows.append(
-                (_clip_label(label(s)),) + tuple(f"{total / s.fast_calls / 1e3:.1f}" for total in s.phase_ns)
+                (_clip_label(s),) + tuple(f"{total / s.fast_calls / 1e3:.1f}" for total in s.phase_ns)
             )
     lines += _table(phase_rows, right_aligned=range(1, 6))
     lines += _device_table(functions)
@@ -115,7 +115,7 @@ def _device_table(functions):
         if device is not None and device["verdict"]:
             rows.append(
                 (
-                    _clip_label(label(s)),
+                    _clip_label(s),
                     f"{device['period_us']:.1f}",
                     f"{device['device_us']:.1f}",
                     str(device["waited_calls"]),
@@ -162,17 +162,16 @@ def format_split(split, wall_seconds):
     return lines
 
 
-# How many lines of "the rest" the text shows (--trace-json has them all).
-REST_LINES_SHOWN = 8
+# How many of the program's lines the text shows (--trace-json has them all).
+LINES_SHOWN = 8
 
 
-def format_rest(rest_lines, wall_seconds):
-    """The lines "the rest" went to, most first, with the library call each was in."""
-    if not rest_lines or not wall_seconds:
+def format_lines(by_line, wall_seconds):
+    """The lines the wall time went to, most first, with the library call each was in."""
+    if not by_line or not wall_seconds:
         return []
-    lines = [
-        f"  the rest, by your line (the main thread sampled every {1e3 * INTERVAL:.0f} ms, outside jax):"
-    ]
+    every = f"{1e3 * INTERVAL:.0f} ms"
+    lines = [f"  by your line (the main thread sampled every {every}; a line's time is all of it):"]
     rows = [
         (
             f"{row['file']}:{row['line']}",
@@ -180,11 +179,11 @@ def format_rest(rest_lines, wall_seconds):
             f"{100 * row['seconds'] / wall_seconds:.1f}%",
             f"in {row['library_call']}" if row["library_call"] else "",
         )
-        for row in rest_lines[:REST_LINES_SHOWN]
+        for row in by_line[:LINES_SHOWN]
     ]
     lines += ["    " + row for row in _table(rows, right_aligned=(1, 2))]
-    if len(rest_lines) > REST_LINES_SHOWN:
-        lines.append(f"    and {len(rest_lines) - REST_LINES_SHOWN} more lines (--trace-json: rest_lines)")
+    if len(by_line) > LINES_SHOWN:
+        lines.append(f"    and {len(by_line) - LINES_SHOWN} more lines (--trace-json: lines)")
     return lines
 
 
@@ -228,10 +227,16 @@ def _clip(text, limit):
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def _clip_label(text):
-    """A function's label, or "..." and its end to fit MAX_LABEL: the end
-    holds the function's own name and where it was defined."""
-    return text if len(text) <= MAX_LABEL else "..." + text[len(text) - MAX_LABEL + 3 :]
+def _clip_label(s):
+    """A function's label within MAX_LABEL: its name whole where it can be,
+    its location's start clipped first (``step (.../programs/train.py:12)``)."""
+    text = label(s)
+    if len(text) <= MAX_LABEL:
+        return text
+    room = MAX_LABEL - len(s.name) - len(" (...)")
+    if room >= 12:
+        return f"{s.name} (...{s.location[len(s.location) - room :]})"
+    return "..." + text[len(text) - MAX_LABEL + 3 :]
 
 
 def _count(n, noun):

@@ -438,7 +438,7 @@ def test_a_large_matmul_printing_its_loss_is_device_bound(tmp_path):
     assert "device-bound" in stderr and "device work of compiled calls" in stderr
 
 
-def test_the_rest_goes_to_the_programs_lines(tmp_path):
+def test_the_wall_time_goes_to_the_programs_lines(tmp_path):
     report, stderr, line = run_traced(
         tmp_path,
         """\
@@ -462,8 +462,8 @@ def test_the_rest_goes_to_the_programs_lines(tmp_path):
             w = step(w, jnp.asarray(tokenize("some text")))
         """,
     )
-    rest = report["rest_lines"]
+    rest = report["lines"]
     assert rest and rest[0]["file"] == "prog.py" and rest[0]["line"] in (line, line + 1)
     placed = sum(row["seconds"] for row in rest)
     assert placed >= 0.5 * 40 * 0.01  # the planted lines' 0.4 s, sampled
-    assert "the rest, by your line" in stderr
+    assert "by your line (the main thread sampled" in stderr

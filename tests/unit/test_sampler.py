@@ -32,7 +32,7 @@ def sample_while(work):
 
 def test_the_programs_own_line_gets_its_time():
     sampler = sample_while(lambda: spin(0.3))
-    rows = sampler.rest_lines(".")
+    rows = sampler.by_line(".")
     assert rows, "no sample"
     top = rows[0]
     assert top["file"].endswith("test_sampler.py") and top["library_call"] == ""
@@ -42,13 +42,13 @@ def test_the_programs_own_line_gets_its_time():
 
 def test_a_library_call_is_named_at_the_line_that_made_it():
     sampler = sample_while(lambda: sort_a_lot(0.3))
-    named = [row for row in sampler.rest_lines(".") if row["library_call"]]
+    named = [row for row in sampler.by_line(".") if row["library_call"]]
     assert any(
         row["library_call"].startswith("numpy.") and row["library_call"].endswith("sort") for row in named
     )
 
 
-def test_time_inside_jax_is_accounted_elsewhere():
+def test_the_time_of_a_line_includes_its_jax_calls():
     import jax.numpy as jnp
 
     def eager():
@@ -58,5 +58,7 @@ def test_time_inside_jax_is_accounted_elsewhere():
             x = jnp.sin(x)
 
     sampler = sample_while(eager)
-    assert sampler.accounted_ns > 0
-    assert sampler.sampled_ns >= sampler.accounted_ns + sum(sampler.lines.values())
+    # jax's C++ dispatch runs no Python frame: the loop's lines get the time.
+    placed = sum(ns for (file, _, _), ns in sampler.lines.items() if file == __file__)
+    assert placed >= 0.8 * sampler.sampled_ns
+    assert sampler.sampled_ns == sampler.unplaced_ns + sum(sampler.lines.values())
