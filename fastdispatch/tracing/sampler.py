@@ -17,7 +17,7 @@ import sys
 import threading
 import time
 
-from fastdispatch.tracing.sites import library_code
+from fastdispatch.tracing.sites import library_code, short_path
 
 __all__ = ["INTERVAL", "Sampler"]
 
@@ -75,8 +75,6 @@ class Sampler:
 
     def by_line(self, cwd):
         """Every line the time went to, most first, as dicts."""
-        from fastdispatch.tracing.sites import short_path
-
         return [
             {"file": short_path(file, cwd), "line": line, "library_call": call, "seconds": ns / 1e9}
             for (file, line, call), ns in self.lines.most_common()
