@@ -107,9 +107,7 @@ def _installed_roots():
     if _installed is None:
         paths = sysconfig.get_paths()
         roots = [paths[key] for key in ("purelib", "platlib", "stdlib", "platstdlib") if key in paths]
-        roots += [
-            entry for entry in sys.path if os.path.basename(entry) in ("site-packages", "dist-packages")
-        ]
+        roots += [entry for entry in sys.path if os.path.basename(entry) in _INSTALL_DIRS]
         if _roots is None:
             _roots = _library_roots()
         # The folders holding the libraries (pip install --target DIR, on PYTHONPATH).
