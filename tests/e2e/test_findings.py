@@ -450,9 +450,8 @@ def test_the_wall_time_goes_to_the_programs_lines(tmp_path):
 
 
         def tokenize(text):
-            end = time.perf_counter() + 0.01
-            while time.perf_counter() < end:  # PLANTED
-                pass
+            end = time.perf_counter() + 0.02
+            while time.perf_counter() < end: pass  # PLANTED
             return np.frombuffer(text.encode(), np.uint8)
 
 
@@ -463,7 +462,7 @@ def test_the_wall_time_goes_to_the_programs_lines(tmp_path):
         """,
     )
     rest = report["lines"]
-    assert rest and rest[0]["file"] == "prog.py" and rest[0]["line"] in (line, line + 1)
-    placed = sum(row["seconds"] for row in rest)
-    assert placed >= 0.5 * 40 * 0.01  # the planted lines' 0.4 s, sampled
+    # The planted line's 0.8 s outweighs the loop line's, which holds the compile.
+    assert rest and (rest[0]["file"], rest[0]["line"]) == ("prog.py", line)
+    assert rest[0]["seconds"] >= 0.5 * 40 * 0.02
     assert "by your line (the main thread sampled" in stderr
