@@ -50,6 +50,7 @@ from fastdispatch.core.cache import default_cache
 from fastdispatch.core.engine import library_function
 from fastdispatch import _jax, _reasons
 from fastdispatch._reasons import NotFast
+from fastdispatch.equinox import warm as _warm
 
 cdef extern from "Python.h":
     dict PyObject_GenericGetDict(object o, void* context)
@@ -464,9 +465,10 @@ cdef class FilterDispatcher(Engine):
         if entry.warm_key is not None:
             store = warm_store()
             if store is not None:
-                store.save_filter(entry.warm_key, compiled, self.jitted, entry.signature,
-                                  recipe.treedef.to_jax(), _recipe_sources(recipe), recipe.statics,
-                                  lambda: lowered)
+                store.save(entry.warm_key, compiled, self.jitted, lower=lambda: lowered,
+                           outputs=(recipe.treedef.to_jax(), _recipe_sources(recipe),
+                                    recipe.statics),
+                           call_objects=_warm.call_objects(entry.signature))
         return executable, recipe
 
     cdef Executable _executable(self, object compiled, CacheEntry entry, list leaves):
@@ -483,7 +485,13 @@ cdef class FilterDispatcher(Engine):
         """The call's key in the warm-start store (fastdispatch.warm), or None."""
         if self.warm_options is None:
             return None
-        return store.filter_key(self.jitted, self.warm_options, signature)
+        if store.checked:
+            # equinox's own call traces it: its trace cannot be keyed first.
+            store.refuse(self.jitted, _reasons.WARM_CHECKED_FILTER,
+                         "is a filter_jit function, not stored in checked mode")
+            return None
+        return store.key(self.jitted, _warm.LABEL, self.warm_options, signature,
+                         _warm.key_parts(signature), _warm.node_types(signature), False)
 
     cdef tuple build_loaded(self, Call* call, CacheEntry entry, list leaves, object loaded):
         """The entry of an executable loaded from the warm-start store, with
@@ -491,7 +499,8 @@ cdef class FilterDispatcher(Engine):
         non-array outputs rebuilt from its own inputs and names, untraced."""
         compiled, described = loaded
         cdef Executable executable = self._executable(compiled, entry, leaves)
-        out_treedef, sources, statics = warm_store().filter_outputs(described, entry.signature)
+        out_treedef, sources, statics = warm_store().outputs(described,
+                                                             _warm.call_objects(entry.signature))
         return executable, _new_recipe(our_treedef(out_treedef), sources, tuple(statics),
                                        len(executable.out_handlers))
 

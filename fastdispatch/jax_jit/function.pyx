@@ -41,6 +41,7 @@ from fastdispatch.jax_jit.layout cimport CallShape, layout_of, shape_of, tuple_f
 from fastdispatch.core.cache import default_cache
 from fastdispatch import _jax, _reasons
 from fastdispatch._reasons import NotFast
+from fastdispatch.jax_jit import warm as _warm
 
 cdef extern from "Python.h":
     Py_ssize_t PyVectorcall_NARGS(size_t nargsf)
@@ -342,7 +343,8 @@ cdef class CompiledFunction(Engine):
         if store is None:
             return
         if reason is None or reason is _HOST_DATA:
-            store.save_jit(entry.warm_key, compiled, self.fun, traced, entry.signature)
+            store.save(entry.warm_key, compiled, self.fun, traced,
+                       call_objects=_warm.call_objects(entry.signature))
         else:
             store.refuse(self.fun, _reasons.WARM_LIBRARY_CALL, f"is run by jax.jit ({reason})")
 
@@ -356,7 +358,7 @@ cdef class CompiledFunction(Engine):
             return store.checked_key(self.fun, self._jitted, self._options, signature,
                                      tuple_from_array(call.argv, nargs),
                                      _kwargs_from_array(call.argv, nargs, call.kwnames))
-        return store.key(self.fun, self._options, signature)
+        return store.key(self.fun, _warm.LABEL, self._options, signature, _warm.key_parts(signature))
 
     cdef tuple build_loaded(self, Call* call, CacheEntry entry, list leaves, object loaded):
         """The entry of an executable loaded from the warm-start store.  It
@@ -369,7 +371,7 @@ cdef class CompiledFunction(Engine):
         if type(loaded) is not tuple:
             return self._from_compiled(entry, leaves, loaded, LOADED_CALLS_BEFORE_JAX)
         compiled, recipe = loaded
-        out_tree = warm_store().jit_out_tree(recipe, entry.signature)
+        out_tree = warm_store().outputs(recipe, _warm.call_objects(entry.signature))[0]
         return (make_executable(compiled, entry.signature, leaves, self._donates,
                                 LOADED_CALLS_BEFORE_JAX),
                 output_tree(out_tree))

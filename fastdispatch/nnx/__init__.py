@@ -223,7 +223,15 @@ def _warm_lookup(function, args, before, store):
     except TypeError:  # a leaf the dispatcher does not key: flax's call runs it anyway
         store.refuse(fun, _reasons.WARM_UNDESCRIBED, "takes an argument leaf the dispatcher does not key")
         return None, None
-    key = store.nnx_key(fun, function._warm_options, *parts)
+    signature, static_args, node_types = parts
+    key = store.key(
+        fun,
+        "nnx.jit",
+        function._warm_options,
+        signature,
+        ((signature.treedef.to_jax(), "takes a graph holding"), (static_args, "takes as static argument")),
+        node_types,
+    )
     return key, None if key is None else store.load(key)
 
 
@@ -234,15 +242,15 @@ def _warm_graph(function, args, kwargs, before, loaded, store, holding):
     executable keeps the graph, so a record of it runs this shape too."""
     began = time.perf_counter()
     try:
-        compiled, (kind, described) = loaded
-        out_treedef, sources, _ = store.nnx_outputs(described)
+        compiled, described = loaded
+        out_treedef, sources, _ = store.outputs(described, [])
         outputs = _kept_outputs(before, out_treedef, compiled.out_tree.num_leaves)
         if holding is not None and not _keeps_graph(outputs, before, holding):
             holding = None
         graph = _graph(
             function, args, kwargs, before, time.perf_counter() - began, holding, compiled, outputs, before
         )
-        if kind != "nnx" or sources != list(range(len(graph.slots), compiled.out_tree.num_leaves)):
+        if sources != list(range(len(graph.slots), compiled.out_tree.num_leaves)):
             raise LookupError("outputs unlike the graph's")
     except (NotFast, LookupError, TypeError, ValueError) as error:
         why = getattr(error, "reason", None) or str(error)
@@ -264,9 +272,18 @@ def _warm_save(function, key, compiled, out_treedef, before, store):
             "has outputs whose structure a load could not derive from its graph",
         )
         return
-    slots = compiled.out_tree.num_leaves - out_treedef.num_leaves
-    lower = functools.partial(_lowered, function, before)
-    store.save_nnx(key, compiled, function.flax_function.fun, out_treedef, slots, lower)
+    # The graphs' outputs are the call's own GraphDefs again, derived from the
+    # arguments when loaded (_kept_outputs); the function's own output is
+    # described, its leaves the executable's last outputs.
+    n = out_treedef.num_leaves
+    slots = compiled.out_tree.num_leaves - n
+    store.save(
+        key,
+        compiled,
+        function.flax_function.fun,
+        lower=functools.partial(_lowered, function, before),
+        outputs=(out_treedef, range(slots, slots + n), [None] * n),
+    )
 
 
 def _warm_save_unrecorded(function, key, before, reason, store):

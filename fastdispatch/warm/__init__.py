@@ -30,17 +30,11 @@ import jax
 
 from fastdispatch import _jax, _reasons
 from fastdispatch.core import engine as _engine
-from fastdispatch.warm import jax_cache, outputs, refill, warned
+from fastdispatch.warm import jax_cache, refill, warned
+from fastdispatch.warm import outputs as described_outputs
 from fastdispatch.warm import preload as preload_module
 from fastdispatch.warm.identity import NotStored, function_digest
-from fastdispatch.warm.keys import (
-    call_key,
-    checked_key,
-    filter_call_key,
-    filter_call_objects,
-    jit_call_objects,
-    nnx_call_key,
-)
+from fastdispatch.warm.keys import call_key, checked_key
 from fastdispatch.warm.store import DEFAULT_MAX_BYTES, Store, WarmStartWarning, function_name
 
 # The thread's count of functions jax traced at top level (jax.monitoring's
@@ -138,21 +132,21 @@ class WarmStart:
         with self.store._lock:
             return self.functions.setdefault(function_name(fun), {"load_seconds": 0.0})
 
-    def key(self, fun, options, signature):
-        """The store key of this call of ``jit(fun, **options)``, or None (the
-        reason recorded)."""
-        return self._key(fun, self._identified(call_key), fun, options, signature)
-
-    @staticmethod
-    def _identified(describe):
-        """``describe`` (call_key, nnx_call_key) given the function's identity
-        digest, which is kept for ``save`` (``_traces.identity``)."""
-
-        def keyed(fun, *parts):
-            _traces.identity = function_digest(fun)
-            return describe(fun, *parts, function=_traces.identity)
-
-        return keyed
+    def key(self, fun, label, options, signature, parts=(), node_types=(), identified=True):
+        """The store key of this call of a front end's function ``fun``, or
+        None (the reason recorded).  ``label`` names the front end;
+        ``identified``: ``fun`` is keyed by its identity (its code and what
+        the code reaches), which is kept for ``save``; else ``parts``
+        describe it.  The rest as ``keys.call_key`` takes them."""
+        _traces.fun = fun  # for the load that follows, on this thread
+        _traces.identity = None
+        try:
+            if identified:
+                _traces.identity = function_digest(fun)
+            return call_key(label, options, signature, parts, node_types, _traces.identity)
+        except Exception as error:
+            self._not_keyed(fun, error)
+        return None
 
     def checked_key(self, fun, jitted, options, signature, args, kwargs):
         """Checked mode: jax traces the call (``jitted.trace``, into jax's own
@@ -164,39 +158,21 @@ class WarmStart:
         except Exception:
             _traces.fun = None
             return None
-        digest = self._key(fun, checked_key, traced, options, signature)
-        return None if digest is None else Checked(digest, traced, options, signature)
-
-    def filter_key(self, fun, options, signature):
-        """The store key of this filter_jit call of ``fun``, or None (the
-        reason recorded); ``options`` as ``keys.filter_call_key`` takes them."""
-        if self.checked:
-            # equinox's own call traces it: its trace cannot be keyed first.
-            self.store.refuse(
-                fun, _reasons.WARM_CHECKED_FILTER, "is a filter_jit function, not stored in checked mode"
-            )
-            return None
-        return self._key(fun, filter_call_key, options, signature)
-
-    def nnx_key(self, fun, options, signature, static_args, node_types):
-        """The store key of this nnx.jit call of ``fun``, or None (the reason
-        recorded); the parts as ``keys.nnx_call_key`` takes them."""
-        return self._key(
-            fun, self._identified(nnx_call_key), fun, options, signature, static_args, node_types
-        )
-
-    def _key(self, fun, describe, *parts):
-        _traces.fun = fun  # for the load that follows, on this thread
+        _traces.fun = fun
         _traces.identity = None
         try:
-            return describe(*parts)
-        except NotStored as refusal:
-            self.store.refuse(fun, refusal.reason, str(refusal))
-        except Exception as error:  # never let a key break a call: compile instead
+            return Checked(checked_key(traced, options, signature), traced, options, signature)
+        except Exception as error:
+            self._not_keyed(fun, error)
+        return None
+
+    def _not_keyed(self, fun, error):
+        if isinstance(error, NotStored):
+            self.store.refuse(fun, error.reason, str(error))
+        else:  # never let a key break a call: compile instead
             self.store.refuse(
                 fun, _reasons.WARM_KEY_FAILED, f"has a key that failed ({type(error).__name__}: {error})"
             )
-        return None
 
     def load(self, key):
         """The Compiled stored under ``key``, or None; on None, the compile
@@ -231,15 +207,37 @@ class WarmStart:
         _traces.warned = []
         return warned.recording(_traces.warned)
 
-    def save(self, key, compiled, fun, recipe=None, traced=None, flat_inputs=False, lower=None):
-        """Write ``compiled`` (and a front end's ``recipe``: plain data, and
-        what its compile warned: ``recording_warnings``) under ``key``, when
-        jax traced it in this process; in checked mode, when
-        it was compiled from ``traced``, the very trace the key digests.
-        ``flat_inputs``: its input tree as a flat tuple (nnx.jit's holds
-        GraphDefs, not data).  ``lower`` gives the call's jax Lowered (from
-        jax's caches; ``traced.lower`` by default), should jax's persistent
-        cache have served the compile: it is compiled again for the store."""
+    def save(self, key, compiled, fun, traced=None, lower=None, outputs=None, call_objects=()):
+        """Write ``compiled`` under ``key``, when jax traced it in this process
+        (in checked mode, when it was compiled from ``traced``, the very trace
+        the key digests), with what its compile warned (``recording_warnings``).
+
+        ``outputs`` is the front end's recipe of its call's result, ``(out
+        treedef, sources, statics)`` (warm/outputs.py), stored as plain data
+        that names ``call_objects`` (the call's objects at places its key fixes)
+        by place; None: the executable's own trees, stored as they are where
+        they pickle, else its output tree so described.  With a recipe the
+        executable's inputs are stored flat: the front end feeds them itself.
+        ``lower`` gives the call's jax Lowered (from jax's caches;
+        ``traced.lower`` by default), should jax's persistent cache have
+        served the compile: it is compiled again for the store."""
+        recipe = None
+        if type(key) is not Checked and (outputs is not None or not _trees_pickle(compiled)):
+            if outputs is None:
+                n = compiled.out_tree.num_leaves
+                outputs = (compiled.out_tree, range(n), [None] * n)
+            try:
+                recipe = described_outputs.describe(*outputs, call_objects)
+            except NotStored as refusal:
+                self.refuse(fun, refusal.reason, str(refusal))
+                return
+            except Exception as error:  # never let the store break a call
+                self.refuse(
+                    fun,
+                    _reasons.WARM_OUTPUTS,
+                    f"has outputs that failed to describe ({type(error).__name__}: {error})",
+                )
+                return
         pending = getattr(_traces, "pending", None)
         _traces.pending = None
         issued, _traces.warned = getattr(_traces, "warned", ()), ()
@@ -281,7 +279,7 @@ class WarmStart:
 
             def write(fresh):
                 self.store.save(
-                    key, fresh, fun, recipe, self.tally(fun), flat_inputs=flat_inputs, warned=issued
+                    key, fresh, fun, recipe, self.tally(fun), flat_inputs=recipe is not None, warned=issued
                 )
 
         if lower is None and traced is not None:
@@ -335,99 +333,17 @@ class WarmStart:
             return
         refill.start(lowered, seed, write, failed, lambda: getattr(_traces, "jax_cache_hits", 0))
 
-    def save_jit(self, key, compiled, fun, traced, signature):
-        """Write a jit compile.  Its argument and output trees are stored as
-        they are where they pickle; where their nodes hold what does not (a
-        flax TrainState's optax transformation), the input tree is kept flat
-        and the output tree as plain data whose node data are the call's own
-        (warm/outputs.py: the object at the same place of the arguments' tree,
-        which the key describes by content), rebuilt by ``jit_out_tree``."""
-        if type(key) is Checked or _trees_pickle(compiled):
-            self.save(key, compiled, fun, None, traced)
-            return
-        try:
-            n = compiled.out_tree.num_leaves
-            described = outputs.describe(compiled.out_tree, range(n), [None] * n, jit_call_objects(signature))
-        except NotStored as refusal:
-            self.refuse(
-                fun,
-                _reasons.WARM_OUTPUTS,
-                f"has trees that do not pickle and an output tree a load cannot rebuild ({refusal})",
-            )
-        except Exception as error:  # never let the store break a call
-            self.refuse(fun, _reasons.WARM_OUTPUTS, f"has an output tree that failed to describe ({error})")
-        else:
-            self.save(key, compiled, fun, ("jit", described), traced, flat_inputs=True)
-
-    def jit_out_tree(self, recipe, signature):
-        """The output tree of a jit executable stored by ``save_jit`` with a
-        recipe, rebuilt for this call; raises LookupError when it cannot be."""
-        kind, described = recipe
-        if kind != "jit":
-            raise LookupError(f"a recipe of kind {kind!r}")
-        return outputs.rebuild(described, jit_call_objects(signature))[0]
-
-    def filter_outputs(self, described, signature):
-        """``(out treedef, sources, statics)`` of a filter_jit executable stored
-        by ``save_filter``, rebuilt from this call's own objects and names
-        (warm/outputs.py); raises LookupError when they cannot be."""
-        return outputs.rebuild(described, filter_call_objects(signature))
-
-    def nnx_outputs(self, described):
-        """The same for an nnx.jit executable stored by ``save_nnx``, whose
-        outputs name no object of the call."""
-        return outputs.rebuild(described, [])
+    def outputs(self, recipe, call_objects):
+        """``(out treedef, sources, statics)`` of the recipe ``save`` stored,
+        rebuilt with this call's own objects; raises LookupError when they
+        cannot be."""
+        return described_outputs.rebuild(recipe, call_objects)
 
     def refuse(self, fun, reason: str, detail: str):
         """``fun``'s compile is not written, for ``reason`` (one of
         fastdispatch._reasons' WARM_ constants; ``detail``: what and where)."""
         _traces.pending = None
         self.store.refuse(fun, reason, detail)
-
-    def save_filter(self, key, compiled, fun, signature, out_treedef, sources, statics, lower):
-        """Write a filter_jit compile with its output recipe (the output tree
-        ``out_treedef``, each leaf's executable output in ``sources`` or its
-        value in ``statics``), described as plain data (warm/outputs.py);
-        ``lower``: as ``save`` takes it."""
-
-        def describe():
-            return outputs.describe(out_treedef, sources, statics, filter_call_objects(signature))
-
-        self._save_described(key, compiled, fun, describe, lower=lower)
-
-    def save_nnx(self, key, compiled, fun, out_treedef, first_output, lower):
-        """Write an nnx.jit compile whose executable keeps every graph it is
-        given, with the function's own output structure ``out_treedef`` (its
-        leaves the executable's outputs from ``first_output`` on), described
-        as plain data (warm/outputs.py); the graphs' outputs are the call's
-        own GraphDefs again, derived from the arguments when loaded;
-        ``lower``: as ``save`` takes it."""
-        n = out_treedef.num_leaves
-        sources = range(first_output, first_output + n)
-        self._save_described(
-            key,
-            compiled,
-            fun,
-            lambda: ("nnx", outputs.describe(out_treedef, sources, [None] * n, [])),
-            flat_inputs=True,
-            lower=lower,
-        )
-
-    def _save_described(self, key, compiled, fun, describe, **save_options):
-        """Write a compile with the output recipe ``describe()`` gives; one that
-        cannot be described is not written, its reason recorded."""
-        try:
-            recipe = describe()
-        except NotStored as refusal:
-            self.refuse(fun, refusal.reason, str(refusal))
-        except Exception as error:  # never let the store break a call
-            self.refuse(
-                fun,
-                _reasons.WARM_OUTPUTS,
-                f"has outputs that failed to describe ({type(error).__name__}: {error})",
-            )
-        else:
-            self.save(key, compiled, fun, recipe, **save_options)
 
 
 def _get(weak: weakref.WeakKeyDictionary, key):

@@ -32,6 +32,7 @@ import numpy as np
 from jax.tree_util import PyTreeDef
 
 from fastdispatch import _jax, _reasons
+from fastdispatch.core.pytree import tree_nodes
 
 
 class NotStored(Exception):
@@ -533,16 +534,6 @@ def tree_structure(treedef) -> tuple:
         return ("*",)
     kind, data = treedef.node_data()
     return (kind, data, tuple(tree_structure(child) for child in treedef.children()))
-
-
-def tree_nodes(treedef):
-    """(node type, node data) of every node of a jax tree structure, in
-    pre-order; leaves are left out."""
-    if treedef.num_nodes == 1 and treedef.num_leaves == 1:
-        return
-    yield treedef.node_data()
-    for child in treedef.children():
-        yield from tree_nodes(child)
 
 
 _STATE_WRITES = {

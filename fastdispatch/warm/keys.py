@@ -36,7 +36,6 @@ from fastdispatch.warm.identity import (
     NotStored,
     class_functions,
     fastdispatch_version,
-    function_digest,
     is_sharding,
     options_digest,
     sharding_description,
@@ -46,7 +45,7 @@ from fastdispatch.warm.identity import (
 
 # Bump when what a key covers, or how, or what a file holds, changes: old
 # files are then never read.
-KEY_FORMAT = 2
+KEY_FORMAT = 3
 
 
 def environment() -> tuple:
@@ -144,96 +143,42 @@ def _leaf(view) -> tuple:
     return (kind, described, sharding, bool(view.committed), impl, py_type, dtype, view.shape)
 
 
-def call_key(fun, options: dict, signature, function=None) -> str:
-    """The store key (hex) of a call of ``jit(fun, **options)`` with this
-    CallSignature (``function``: ``fun``'s identity digest, when made
-    already); raises NotStored."""
-    names = _jax.trace_context_names()
-    context = tuple(zip(names, (_context_value(value) for value in signature.context)))
-    static = signature.static_args
-    parts = (
-        environment(),
-        function_digest(fun) if function is None else function,
-        options_digest(options),
-        value_digest(tree_structure(signature.treedef.to_jax()), "takes a tree holding"),
-        tuple(_leaf(view) for view in signature.leaf_keys()),
-        value_digest(
-            tuple((static[i], static[i + 2]) for i in range(0, len(static), 3)), "takes as static argument"
-        ),
-        context,
-    )
-    return hashlib.sha256(repr(parts).encode()).hexdigest()
+def call_key(label: str, options: dict, signature, parts=(), node_types=(), function=None) -> str:
+    """The store key (hex) of a call of a front end's function (``label``
+    names the front end) with this CallSignature; raises NotStored.
 
-
-_nodes = identity.tree_nodes  # (node type, node data) of every node
-
-
-def filter_parts(signature) -> dict:
-    """A filter_jit CallSignature's static parts by label: "fun" (the
-    function's static leaves and jax tree structure), "donate" (donate first,
-    donate rest), "leaves" (each argument leaf's static value, None where an
-    array is)."""
-    static = signature.static_args
-    return {static[i]: static[i + 2] for i in range(0, len(static), 3)}
-
-
-def filter_call_objects(signature) -> list:
-    """Every static object of a filter_jit call, at a place its structure fixes
-    (the same in every process making a call of this key): the arguments'
-    static leaves, the function's, then the items of every node's data (a
-    Module's static fields).  A non-array output that is one of them is stored
-    as its place (warm/outputs.py)."""
-    parts = filter_parts(signature)
-    fun_leaves, fun_treedef = parts["fun"]
-    objects = list(parts["leaves"]) + list(fun_leaves)
-    for treedef in (signature.treedef.to_jax(), fun_treedef):
-        for _, data in _nodes(treedef):
-            objects.extend(data if type(data) is tuple else (data,))
-    return objects
-
-
-def jit_call_objects(signature) -> list:
-    """The node data of a jit call's argument tree, item by item, in
-    pre-order: the objects at places its structure fixes (the key describes
-    each by content), which a stored output tree names by place."""
-    objects = []
-    for _, data in _nodes(signature.treedef.to_jax()):
-        objects.extend(data if type(data) is tuple else (data,))
-    return objects
-
-
-def filter_call_key(options: dict, signature) -> str:
-    """The store key (hex) of a filter_jit call with this CallSignature;
-    ``options``: equinox's version, filter_jit's jit options, and the
-    library's sentinels by name (``"constants"``); raises NotStored.
-
-    Beyond what ``call_key`` covers for jit, by the same rules: the function
-    by its static part (the function itself, a Module's static fields and
-    tree), the arguments' tree with every Module's static fields, each
-    argument leaf that is not an array by content, the donation, and the
-    functions defined in the user classes the trees are made of."""
-    for name, value in options.get("constants", {}).items():
+    ``function`` is the function's identity digest, or None where ``parts``
+    describe the function (equinox's is a tree of its own); ``options`` are the
+    front end's options, its library's version among them, and
+    ``options["constants"]`` the library's sentinels by name; ``parts`` are
+    ``(value, what it is to the call)``: what else the front end keys the call
+    by (its argument tree, its static arguments), each by content, a jax tree
+    structure by its nodes, the phrase naming a value that cannot be
+    described; ``node_types``: the classes of the trees' nodes, whose methods
+    the trace runs."""
+    constants = options.get("constants", {})
+    for name, value in constants.items():
         identity.register_constant(name, value)
     names = _jax.trace_context_names()
     context = tuple(zip(names, (_context_value(value) for value in signature.context)))
-    parts = filter_parts(signature)
-    fun_leaves, fun_treedef = parts["fun"]
-    args_treedef = signature.treedef.to_jax()
-    node_types = [kind for treedef in (args_treedef, fun_treedef) for kind, _ in _nodes(treedef)]
     described = (
-        "filter_jit",
+        label,
         environment(),
+        function,
         options_digest({name: value for name, value in options.items() if name != "constants"}),
-        value_digest(fun_leaves, "is, or holds,"),
-        value_digest(tree_structure(fun_treedef), "is a tree holding"),
+        tuple(value_digest(_by_content(value), phrase) for value, phrase in parts),
         value_digest(class_functions(node_types), "calls a method that"),
-        value_digest(tree_structure(args_treedef), "takes a tree holding"),
         tuple(_leaf(view) for view in signature.leaf_keys()),
-        value_digest(parts["leaves"], "takes as static argument"),
-        tuple(parts["donate"]),
         context,
     )
     return hashlib.sha256(repr(described).encode()).hexdigest()
+
+
+def _by_content(value):
+    """A jax tree structure as its nodes (types and data), else ``value``."""
+    if isinstance(value, jax.tree_util.PyTreeDef):
+        return tree_structure(value)
+    return value
 
 
 def checked_key(traced, options: dict, signature) -> str:
@@ -320,26 +265,3 @@ def _lowering_param(value):
     if " at 0x" in text:
         raise NotStored(f"is lowered with a parameter of type {type(value).__qualname__}")
     return (type(value).__qualname__, text)
-
-
-def nnx_call_key(fun, options: dict, signature, static_args, node_types, function=None) -> str:
-    """The store key (hex) of an nnx.jit call of ``fun``: its CallSignature
-    over flax's split of the arguments (every GraphDef in its tree, by
-    content: node and Variable types, static attributes, Variable metadata);
-    ``static_args``: (position, value) of its static arguments; ``node_types``:
-    the classes its GraphDefs are made of (their methods run in the trace);
-    ``options``: flax's version and nnx.jit's options.  Raises NotStored."""
-    names = _jax.trace_context_names()
-    context = tuple(zip(names, (_context_value(value) for value in signature.context)))
-    described = (
-        "nnx.jit",
-        environment(),
-        function_digest(fun) if function is None else function,
-        options_digest(options),
-        value_digest(tree_structure(signature.treedef.to_jax()), "takes a graph holding"),
-        value_digest(class_functions(node_types), "calls a method that"),
-        tuple(_leaf(view) for view in signature.leaf_keys()),
-        value_digest(tuple(static_args), "takes as static argument"),
-        context,
-    )
-    return hashlib.sha256(repr(described).encode()).hexdigest()

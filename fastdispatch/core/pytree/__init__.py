@@ -9,7 +9,8 @@ One module per operation:
 * ``registry``: what each Python type is to flatten, from jax's registry;
 * ``fields``: ``FieldLayout``, registered types read from (and rebuilt into)
   their instance ``__dict__`` in C;
-* ``paths``: a tree's leaves' key paths, and where two structures differ.
+* ``paths``: a tree's leaves' key paths, and where two structures differ;
+* ``tree_nodes`` (here): the nodes of a jax tree structure.
 
 The layers above cimport ``TreeDef`` from ``treedef`` and ``flatten_into``
 from ``flatten``; Python code uses the names below.
@@ -29,5 +30,27 @@ __all__ = [
     "first_difference",
     "flatten",
     "leaf_paths",
+    "node_data_items",
+    "tree_nodes",
     "unflatten",
 ]
+
+
+def tree_nodes(treedef):
+    """(node type, node data) of every node of a jax tree structure, in
+    pre-order; leaves are left out."""
+    if treedef.num_nodes == 1 and treedef.num_leaves == 1:
+        return
+    yield treedef.node_data()
+    for child in treedef.children():
+        yield from tree_nodes(child)
+
+
+def node_data_items(treedef) -> list:
+    """The node data of a jax tree structure, item by item (a tuple's items,
+    else the datum itself), in pre-order: the objects at places the structure
+    fixes."""
+    items = []
+    for _, data in tree_nodes(treedef):
+        items.extend(data if type(data) is tuple else (data,))
+    return items
