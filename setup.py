@@ -4,33 +4,17 @@ Set FASTDISPATCH_ANNOTATE=1 to write Cython's annotated HTML beside each .pyx.
 """
 
 import os
+from pathlib import Path
 
 import numpy
 from Cython.Build import cythonize
 from setuptools import Extension, setup
 
-# One extension per concept, by layer: the core in the order of one call, then
-# the front ends, each in its own package (see docs/architecture.md).
-MODULES = [
-    "core/pytree/fields",  # registered types read from the instance __dict__
-    "core/pytree/registry",  # what each Python type is to flatten
-    "core/pytree/treedef",  # a tree's structure
-    "core/pytree/flatten",
-    "core/pytree/paths",  # key paths, repr, differences (not the hot path)
-    "core/signature",
-    "core/execute",
-    "core/outputs",
-    "core/cache",
-    "core/engine",  # the steps of a call, under every front end
-    "jax_jit/layout",  # how a jit call passed its arguments: its guard, read in place
-    "jax_jit/function",  # the jit front end: CompiledFunction
-    "jax_jit/transfer",  # device_put: host data to devices
-    "equinox/unchanged",  # a tree's objects are unchanged, proved by identity
-    "equinox/bind",  # binding a call as equinox does, once per call layout
-    "equinox/same_call",  # SameCall: a call on an earlier call's very objects
-    "equinox/function",  # the equinox front end's hot path
-    "nnx/function",  # the flax NNX front end's hot path
-]
+# One extension per .pyx file: a concept each, in the package of its layer
+# (docs/architecture.md); a new front end's modules are found here by their folder.
+MODULES = sorted(
+    str(path.relative_to("fastdispatch").with_suffix("")) for path in Path("fastdispatch").rglob("*.pyx")
+)
 
 COMPILER_DIRECTIVES = {
     "language_level": 3,

@@ -3,6 +3,7 @@
 from fastdispatch import jit     # instead of: from jax import jit
 """
 
+import importlib
 import os
 
 from fastdispatch._jax import UNSUPPORTED, UnsupportedJaxError, UnsupportedJaxWarning
@@ -33,6 +34,16 @@ __all__ = [
     "warm_start_stats",
 ]
 
+# The front ends of libraries other than jax, one line each: (library, front
+# end package, the public name it gives, whether plain jit reads the library's
+# tree nodes through it).  A front end is imported on first use of its name,
+# when --trace first describes one of its library's tree nodes, and, where it
+# reads them, when plain jit first flattens one (docs/architecture.md).
+FRONT_ENDS = (
+    ("equinox", "fastdispatch.equinox", "filter_jit", True),
+    ("flax", "fastdispatch.nnx", "nnx", False),
+)
+
 if UNSUPPORTED is None:
     from fastdispatch.core import descriptions as _descriptions
     from fastdispatch.core import pytree as _pytree
@@ -50,13 +61,14 @@ if UNSUPPORTED is None:
     from fastdispatch.jax_jit.transfer import device_put
     from fastdispatch.tracing import assert_max_compiles, stats, trace
 
-    # Plain jit reads equinox Modules (eqx.partition's halves, say) in C once the
-    # program uses one: the equinox front end's field reader, loaded on first sight.
-    _pytree.add_lazy_field_reader("equinox", "fastdispatch.equinox")
-    # --trace's recompile explanations read those libraries' nodes as their
-    # front ends say, each imported on first need (fastdispatch/core/descriptions.py).
-    _descriptions.speaks_for("equinox", "fastdispatch.equinox")
-    _descriptions.speaks_for("flax", "fastdispatch.nnx")
+    # --trace's recompile explanations read a library's nodes as its front end
+    # says (core/descriptions.py); plain jit reads equinox Modules (eqx.partition's
+    # halves, say) in C with that front end's field reader.
+    for library, front_end, _name, reads_nodes in FRONT_ENDS:
+        _descriptions.speaks_for(library, front_end)
+        if reads_nodes:
+            _pytree.add_lazy_field_reader(library, front_end)
+    del library, front_end, _name, reads_nodes
 
     # FASTDISPATCH_WARM_START=DIR turns warm start on for the whole program
     # (docs/warm-start.md); FASTDISPATCH_WARM_START_MAX_BYTES bounds the store,
@@ -86,12 +98,8 @@ def __getattr__(name):
         import fastdispatch.warm
 
         return getattr(fastdispatch.warm, name)
-    if name == "filter_jit":
-        from fastdispatch.equinox import filter_jit
-
-        return filter_jit
-    if name == "nnx":
-        import fastdispatch.nnx
-
-        return fastdispatch.nnx
+    for _, front_end, public_name, _ in FRONT_ENDS:
+        if name == public_name:
+            module = importlib.import_module(front_end)
+            return module if front_end.endswith("." + name) else getattr(module, name)
     raise AttributeError(f"module 'fastdispatch' has no attribute {name!r}")

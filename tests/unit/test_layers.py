@@ -32,18 +32,22 @@ import ast
 import pathlib
 import re
 
+import fastdispatch
+
 PACKAGE = pathlib.Path(__file__).resolve().parents[2] / "fastdispatch"
+
+# jit's, and those the package registers (fastdispatch.FRONT_ENDS, one line each).
+FRONT_ENDS = ("fastdispatch.jax_jit",) + tuple(module for _, module, _, _ in fastdispatch.FRONT_ENDS)
 
 # (layer, the modules in it by dotted prefix), lowest first.
 LAYERS = [
     ("base", ("fastdispatch._jax", "fastdispatch._reasons")),
     ("core", ("fastdispatch.core",)),
-    ("front ends", ("fastdispatch.jax_jit", "fastdispatch.equinox", "fastdispatch.nnx")),
+    ("front ends", FRONT_ENDS),
     ("tools", ("fastdispatch.tracing", "fastdispatch.warm", "fastdispatch.distributed")),
     ("package", ("fastdispatch", "fastdispatch._handoff")),
     ("programs", ("fastdispatch.__main__", "fastdispatch.bench")),
 ]
-FRONT_ENDS = ("fastdispatch.jax_jit", "fastdispatch.equinox", "fastdispatch.nnx")
 
 # Imports the rules allow anyway: (importer, imported) -> why.  Empty: keep it so.
 ALLOWED = {}
