@@ -133,7 +133,7 @@ import jax
 import numpy as np
 
 from fastdispatch import _reasons
-from fastdispatch._reasons import NotFast
+from fastdispatch._reasons import MustHandOff
 
 # -- what this jax has ---------------------------------------------------------------
 
@@ -473,33 +473,33 @@ def executable_parts(compiled) -> ExecutableParts:
     and out, ``with_tokens``); host callbacks without effects (``pure_callback``)
     run without tokens, as on jax's own C++ fast path (``pjit._get_fastpath_data``).
     Whether the call's own inputs fit is the execute layer's to check.  Raises
-    NotFast with the reason to hand the call off.
+    MustHandOff with the reason to hand the call off.
     """
     executable = compiled._executable
     if not isinstance(executable, _MESH_EXECUTABLE):
-        raise NotFast(_reasons.NOT_MESH_EXECUTABLE)
+        raise MustHandOff(_reasons.NOT_MESH_EXECUTABLE)
     call = executable.unsafe_call
     if not isinstance(call, _EXECUTE_REPLICATED):
-        raise NotFast(_reasons.NOT_REPLICATED_EXECUTABLE)
+        raise MustHandOff(_reasons.NOT_REPLICATED_EXECUTABLE)
     if call.mut is not None:
-        raise NotFast(_reasons.MUTABLE_ARRAYS)
+        raise MustHandOff(_reasons.MUTABLE_ARRAYS)
     if call.pgle_profiler is not None:
-        raise NotFast(_reasons.PGLE)
+        raise MustHandOff(_reasons.PGLE)
     if _needs_check_special():
-        raise NotFast(_reasons.DEBUG_NANS)
+        raise MustHandOff(_reasons.DEBUG_NANS)
     if any(layout is not None for layout in executable._dispatch_in_layouts):
-        raise NotFast(_reasons.CUSTOM_LAYOUTS)
+        raise MustHandOff(_reasons.CUSTOM_LAYOUTS)
     if getattr(compiled._params, "const_args", ()):
         # jax_use_simplified_jaxpr_constants: jax passes them first and
         # kept_var_idx counts them.
-        raise NotFast(_reasons.CONSTANT_ARGUMENTS)
+        raise MustHandOff(_reasons.CONSTANT_ARGUMENTS)
     ordered = tuple(call.ordered_effects)
     devices = tuple(call._local_devices)
     if ordered and len(devices) != 1:
-        raise NotFast(_reasons.ORDERED_EFFECTS_ON_DEVICES)
+        raise MustHandOff(_reasons.ORDERED_EFFECTS_ON_DEVICES)
     handlers = list(call.out_handler.handlers)
     if len(handlers) != compiled.out_tree.num_leaves:
-        raise NotFast(_reasons.OUTPUTS_FLATTEN_DIFFERENTLY)
+        raise MustHandOff(_reasons.OUTPUTS_FLATTEN_DIFFERENTLY)
     # _in_shardings and in_avals list the kept inputs only, in order.
     return ExecutableParts(
         call.xla_executable.execute_sharded,
@@ -537,7 +537,7 @@ def scalar_devices(sharding) -> tuple:
     """The devices, in order, that a host input (a Python scalar, a numpy value)
     of this sharding goes to:
     this process's devices of the sharding (all of them in a one-process program);
-    NotFast says why the fast path cannot put it there.
+    MustHandOff says why the fast path cannot put it there.
 
     A scalar's sharding is replicated (the value is rank 0), over one device or
     many, and in a multi-process program over other processes' devices too;
@@ -545,10 +545,10 @@ def scalar_devices(sharding) -> tuple:
     ``pxla._shard_np_array`` does.  (Like jax, nothing checks that every process
     passed the same value.)"""
     if not sharding.is_fully_replicated:
-        raise NotFast(_reasons.HOST_ARGUMENT_PARTITIONED)
+        raise MustHandOff(_reasons.HOST_ARGUMENT_PARTITIONED)
     devices = tuple(sharding._addressable_device_assignment)
     if not devices:
-        raise NotFast(_reasons.HOST_ARGUMENT_ELSEWHERE)
+        raise MustHandOff(_reasons.HOST_ARGUMENT_ELSEWHERE)
     return devices
 
 

@@ -3,7 +3,7 @@
 A reason is an interned str, so that the hot path compares it by identity and
 the report prints it as it is.  ``docs/tracing.md``'s hand-off table lists
 every one of them (tests/unit/test_reasons.py checks it).  Where the fast path
-will not run an executable, the code that finds out raises ``NotFast`` with
+will not run an executable, the code that finds out raises ``MustHandOff`` with
 one of these; where it will not run a call, it hands the call off to the
 library with the reason (a step of ``Engine.call`` returns it; the call hands
 off once, at its bottom).
@@ -87,9 +87,10 @@ WARM_FROM_JAX_CACHE = sys.intern("served by jax's persistent cache")
 ALL = tuple(value for name, value in sorted(globals().items()) if name.isupper() and type(value) is str)
 
 
-class NotFast(Exception):
-    """The fast path will not run this executable (or graph); ``reason`` is one
-    of this module's constants, ``detail`` what else is worth showing."""
+class MustHandOff(Exception):
+    """The calls of this executable (or graph) are handed off: the fast path
+    will not run them; ``reason`` is one of this module's constants,
+    ``detail`` what else is worth showing."""
 
     def __init__(self, reason, detail=None):
         assert reason in ALL, reason

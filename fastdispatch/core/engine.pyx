@@ -48,7 +48,7 @@ from contextlib import nullcontext
 
 from fastdispatch import _jax
 from fastdispatch import _reasons
-from fastdispatch._reasons import NotFast
+from fastdispatch._reasons import MustHandOff
 
 cdef object _trace_context = _jax.trace_context
 # jax's thread-local trace state: the holder, the attribute that holds it, and
@@ -57,8 +57,8 @@ cdef object _trace_state = _jax.TRACE_STATE
 cdef str _trace_state_attr = _jax.TRACE_STATE_ATTR
 cdef object _clean_trace_state = _jax.CLEAN_TRACE_STATE
 cdef object _settings_hand_off = _jax.settings_hand_off
-# make_signature's refusals, by what it refused.
-cdef dict _REFUSALS = {
+# The hand-off of a call make_signature does not key, by what it did not key.
+cdef dict _UNKEYED = {
     LEAF_TRACER: _reasons.TRACER,
     LEAF_OTHER: _reasons.UNSUPPORTED_LEAF,
     UNHASHABLE_STATIC: _reasons.STATIC_ARGUMENT_ERROR,
@@ -330,15 +330,15 @@ cdef class Engine:
             keep(&found.entry, previous.entry)
             return None
 
-        cdef LeafKind refused = LEAF_HOST
+        cdef LeafKind unkeyed = LEAF_HOST
         cdef CallSignature signature = make_signature(
-            treedef, leaves, static_args, context, <tuple>found.arg_names, &refused,
+            treedef, leaves, static_args, context, <tuple>found.arg_names, &unkeyed,
             None if found.front == NULL else <object>found.front)
         if signature is None:
             # An unhashable static argument, a tracer, a leaf jax refuses: the
             # library runs the call (and raises its error).
-            self.handed_off(call, None, _REFUSALS[refused])
-            return _REFUSALS[refused]
+            self.handed_off(call, None, _UNKEYED[unkeyed])
+            return _UNKEYED[unkeyed]
         keep(&found.signature, signature)
         reached(times, AT_KEYED, "lookup")
         cdef CacheEntry entry
@@ -409,7 +409,7 @@ cdef class Engine:
         try:
             executable, finish = self.build_loaded(call, entry, <list>found.leaves, loaded)
         except Exception as error:
-            # Not for this call after all (NotFast: a reshard, host data): the
+            # Not for this call after all (MustHandOff: a reshard, host data): the
             # library compiles it, and the stored file stays as it is.
             store.refuse(<object>call.function, _reasons.WARM_UNFIT,
                          f"has a stored executable that does not fit its call ({error})")
@@ -448,15 +448,15 @@ cdef class Engine:
                       double seconds) except -1:
         """The entry of a call the library just ran (returning ``out``, in
         ``seconds``) completed with what ``build`` makes of it, or with the
-        reason it refused; ``compile``'s last step, and nnx.jit's, whose
+        reason it hands the entry's calls off for; ``compile``'s last step, and nnx.jit's, whose
         library call comes before its signature (flax's split makes the
         leaves), so that it finds or inserts the entry after that call."""
         executable = finish = reason = None
         try:
             executable, finish = self.build(call, entry, leaves, out)
-        except NotFast as refusal:
-            reason = refusal.reason
-            entry.hand_off_detail = refusal.detail
+        except MustHandOff as hand_off:
+            reason = hand_off.reason
+            entry.hand_off_detail = hand_off.detail
         except Exception as error:
             reason = _reasons.EXECUTABLE_NOT_REUSABLE
             entry.hand_off_detail = repr(error)
@@ -466,7 +466,7 @@ cdef class Engine:
     cdef void remember_hand_off(self, object like, str reason, CallSignature signature):
         """The library took a call for what its arguments are (``like``, the
         front end's description of them), for ``reason``, with its leaves'
-        ``signature`` when it was made (None: refused before); None forgets."""
+        ``signature`` when it was made (None: handed off before); None forgets."""
         self.handed_off_like = like
         self.memo_reason = reason
         self.memo_repeats = 0
@@ -498,7 +498,7 @@ cdef class Engine:
 
     cdef tuple build(self, Call* call, CacheEntry entry, list leaves, object out):
         """(Executable, Outputs) for the entry the library just compiled and
-        ran (returning ``out``); raises NotFast for one the library must run."""
+        ran (returning ``out``); raises MustHandOff for one the library must run."""
         raise NotImplementedError
 
     cdef object warm_key(self, Call* call, CallSignature signature, object store):
@@ -508,7 +508,7 @@ cdef class Engine:
 
     cdef tuple build_loaded(self, Call* call, CacheEntry entry, list leaves, object loaded):
         """(Executable, Outputs) for the entry from the executable ``loaded``
-        from the store (what ``store.load`` returned); raises NotFast for one
+        from the store (what ``store.load`` returned); raises MustHandOff for one
         the library must run."""
         raise NotImplementedError
 
@@ -525,7 +525,7 @@ cdef class Engine:
 
     cdef void handed_off(self, Call* call, CacheEntry entry, str reason):
         """The library takes a call on ``entry``, for ``reason``; ``entry`` is
-        None where the fast path refused the call's arguments before finding
+        None where the fast path handed the call off before finding
         one (an unhashable static argument, a leaf it does not key).  Not
         called for jax's state (``parse``'s reasons, disable_jit)."""
 

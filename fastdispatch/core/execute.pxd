@@ -70,7 +70,7 @@ cdef enum:
     # only a long loop repays the compile its first hand-off costs).
 
 # An Executable for `compiled`, compiled for `signature` on the call whose
-# flat leaves are `leaves`; raises NotFast (fastdispatch._reasons) with why
+# flat leaves are `leaves`; raises MustHandOff (fastdispatch._reasons) with why
 # the library must run it instead.
 cdef Executable make_executable(object compiled, CallSignature signature, list leaves,
                                 bint donates, Py_ssize_t calls_before_hand_off)

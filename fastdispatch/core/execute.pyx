@@ -14,7 +14,7 @@ not donate), numpy values are put on the device on every call where that
 beats the caller's hand-off (jax.jit converts a small call's host data
 faster).  Effects run as ``pxla.ExecuteReplicated``
 runs them, with jax's runtime tokens.  Whatever it cannot run,
-``make_executable`` raises NotFast for, and the library runs instead.
+``make_executable`` raises MustHandOff for, and the library runs instead.
 """
 import sys
 from collections import deque, namedtuple
@@ -32,7 +32,7 @@ from fastdispatch.core.signature cimport (
     CallSignature, LeafKey, LeafKind, LEAF_ARRAY, LEAF_HOST, LEAF_KEY, LEAF_SCALAR, int_fits,
     plain_host_value)
 from fastdispatch import _jax, _reasons
-from fastdispatch._reasons import NotFast
+from fastdispatch._reasons import MustHandOff
 
 # Distinct values an executable keeps on device per Python scalar input.
 MAX_REUSED_SCALARS = 64
@@ -381,7 +381,7 @@ cdef Executable make_executable(object compiled, CallSignature signature, list l
                                 bint donates, Py_ssize_t calls_before_hand_off):
     if compiled.in_tree.num_leaves != signature.num_leaves:
         # Never expected: our flattening of the arguments must be jax's.
-        raise NotFast(_reasons.ARGUMENTS_FLATTEN_DIFFERENTLY)
+        raise MustHandOff(_reasons.ARGUMENTS_FLATTEN_DIFFERENTLY)
     parts = _jax.executable_parts(compiled)
     cdef Py_ssize_t j, index, n = len(parts.kept)
     cdef Py_ssize_t num_scalars = 0, num_host = 0, num_cast = 0
@@ -396,9 +396,9 @@ cdef Executable make_executable(object compiled, CallSignature signature, list l
                 num_host += 1
                 if donates:
                     # A numpy argument's memory is aliased, never to be donated.
-                    raise NotFast(_HOST_DATA)
+                    raise MustHandOff(_HOST_DATA)
                 if not _convertible_host_value(leaves[index], parts.in_avals[j]):
-                    raise NotFast(_HOST_DATA)
+                    raise MustHandOff(_HOST_DATA)
             else:
                 num_scalars += 1
             # One device or several, this process's or a global mesh's: the
@@ -413,12 +413,12 @@ cdef Executable make_executable(object compiled, CallSignature signature, list l
         actual = leaf.sharding
         if actual is not expected and not (
                 actual == expected or actual.is_equivalent_to(expected, leaf.ndim)):
-            raise NotFast(_reasons.RESHARD)
+            raise MustHandOff(_reasons.RESHARD)
     cdef Py_ssize_t num_other = n - num_host - num_scalars
     cdef bint host_hand_off = num_host and num_other < HOST_BREAK_EVEN_LEAVES * (num_host + num_cast)
     cdef bint scalars_hand_off = num_scalars and num_other < NEW_SCALAR_BREAK_EVEN_LEAVES * num_scalars
     if calls_before_hand_off == HAND_OFF_NOW and host_hand_off:
-        raise NotFast(_HOST_DATA)
+        raise MustHandOff(_HOST_DATA)
 
     cdef Inputs inputs = Inputs.__new__(Inputs)
     inputs.num_inputs = n

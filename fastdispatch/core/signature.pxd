@@ -12,7 +12,7 @@ cdef enum LeafKind:
     LEAF_HOST = 3       # a numpy array or numpy scalar: put on the device per call, or jax.jit converts it
     LEAF_TRACER = 4     # a transformation's tracer: jax must stage the call
     LEAF_OTHER = 5      # anything else: jax.jit says why it is not a valid argument
-    UNHASHABLE_STATIC = 6  # not a leaf: make_signature's refusal of an unhashable static argument
+    UNHASHABLE_STATIC = 6  # not a leaf: what make_signature does not key: an unhashable static argument
 
 cdef LeafKind classify_leaf(object leaf)
 
@@ -80,9 +80,9 @@ cdef class CallSignature:
 
 
 # The signature of a call, or None when some leaf cannot be keyed: then
-# refused[0] says which kind (LEAF_TRACER or LEAF_OTHER), or
+# unkeyed[0] says which kind (LEAF_TRACER or LEAF_OTHER), or
 # UNHASHABLE_STATIC when a static argument's hash raised (no exception left
 # set: jax.jit, handed the call, raises its own error).
 cdef CallSignature make_signature(TreeDef treedef, list leaves, tuple static_args,
-                                  tuple context, tuple arg_names, LeafKind* refused,
+                                  tuple context, tuple arg_names, LeafKind* unkeyed,
                                   object front=*)

@@ -476,7 +476,7 @@ cdef str _key_text(key):
 
 
 cdef CallSignature make_signature(TreeDef treedef, list leaves, tuple static_args,
-                                  tuple context, tuple arg_names, LeafKind* refused,
+                                  tuple context, tuple arg_names, LeafKind* unkeyed,
                                   object front=None):
     cdef Py_ssize_t i, n = PyList_GET_SIZE(leaves)
     cdef LeafKind kind
@@ -490,7 +490,7 @@ cdef CallSignature make_signature(TreeDef treedef, list leaves, tuple static_arg
         leaf = <object>PyList_GET_ITEM(leaves, i)
         kind = classify_leaf(leaf)
         if kind > LEAF_HOST:
-            refused[0] = kind
+            unkeyed[0] = kind
             return None
         _fill_key(&sig.keys[i], leaf, kind)
         h = _key_hash(h, &sig.keys[i])
@@ -499,7 +499,7 @@ cdef CallSignature make_signature(TreeDef treedef, list leaves, tuple static_arg
     cdef Py_hash_t static_hash = hash_or_minus_one(static_args)
     if static_hash == -1:
         PyErr_Clear()
-        refused[0] = UNHASHABLE_STATIC
+        unkeyed[0] = UNHASHABLE_STATIC
         return None
     h = hash_mix(h, <Py_uhash_t>static_hash)
     sig.treedef = treedef

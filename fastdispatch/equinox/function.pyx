@@ -49,7 +49,7 @@ from fastdispatch.equinox.same_call cimport SameCall, record_same
 from fastdispatch.core.cache import default_cache
 from fastdispatch.core.engine import library_function
 from fastdispatch import _jax, _reasons
-from fastdispatch._reasons import NotFast
+from fastdispatch._reasons import MustHandOff
 from fastdispatch.equinox import warm as _warm
 
 cdef extern from "Python.h":
@@ -156,7 +156,7 @@ cdef class OutputRecipe(Outputs):
 
 cdef OutputRecipe _make_recipe(object out, Py_ssize_t num_outputs):
     """The OutputRecipe of a call whose result was ``out`` (from equinox's own
-    call), for an executable with ``num_outputs`` outputs; NotFast if none."""
+    call), for an executable with ``num_outputs`` outputs; MustHandOff if none."""
     cdef list leaves = []
     cdef TreeDef treedef = flatten_into(out, leaves)
     cdef Py_ssize_t i, n = len(leaves), k = 1
@@ -173,7 +173,7 @@ cdef OutputRecipe _make_recipe(object out, Py_ssize_t num_outputs):
             sources.append(-1)
             statics.append(leaves[i])
         else:
-            raise NotFast(_reasons.NON_ARRAY_OUTPUTS)
+            raise MustHandOff(_reasons.NON_ARRAY_OUTPUTS)
     return _new_recipe(treedef, sources, tuple(statics), num_outputs)
 
 
@@ -184,7 +184,7 @@ cdef OutputRecipe _new_recipe(TreeDef treedef, list sources, tuple statics,
     cdef OutputRecipe recipe = OutputRecipe.__new__(OutputRecipe)
     cdef Py_ssize_t i, n = len(sources), k = 1
     if treedef is None or treedef.num_leaves != n or len(statics) != n:
-        raise NotFast(_reasons.OUTPUTS_FLATTEN_UNLIKE_EQUINOX)
+        raise MustHandOff(_reasons.OUTPUTS_FLATTEN_UNLIKE_EQUINOX)
     recipe.treedef = treedef
     recipe.num_leaves = n
     recipe.source = <Py_ssize_t*>PyMem_Malloc((n + 1) * sizeof(Py_ssize_t))
@@ -194,10 +194,10 @@ cdef OutputRecipe _new_recipe(TreeDef treedef, list sources, tuple statics,
         recipe.source[i] = sources[i]
         if recipe.source[i] >= 0:
             if recipe.source[i] != k:
-                raise NotFast(_reasons.OUTPUTS_FLATTEN_UNLIKE_EQUINOX)
+                raise MustHandOff(_reasons.OUTPUTS_FLATTEN_UNLIKE_EQUINOX)
             k += 1
     if k != num_outputs:
-        raise NotFast(_reasons.OUTPUTS_FLATTEN_UNLIKE_EQUINOX)
+        raise MustHandOff(_reasons.OUTPUTS_FLATTEN_UNLIKE_EQUINOX)
     recipe.statics = statics
     recipe.single = 1 if treedef.num_nodes == 1 and n == 1 and recipe.source[0] == 1 else -1
     return recipe
@@ -456,11 +456,11 @@ cdef class FilterDispatcher(Engine):
         try:
             executable = self._executable(compiled, entry, leaves)
             recipe = _make_recipe(out, len(executable.out_handlers))
-        except NotFast as refusal:
+        except MustHandOff as hand_off:
             if entry.warm_key is not None and warm_store() is not None:
                 # Only equinox's own call runs it: nothing to load it for.
                 warm_store().refuse(self.jitted, _reasons.WARM_LIBRARY_CALL,
-                                    f"is run by equinox's own call ({refusal.reason})")
+                                    f"is run by equinox's own call ({hand_off.reason})")
             raise
         if entry.warm_key is not None:
             store = warm_store()
@@ -478,7 +478,7 @@ cdef class FilterDispatcher(Engine):
         if executable.calls_host:
             # equinox blocks such calls so that error_if raises at the call,
             # as its own error: its call runs them.
-            raise NotFast(_reasons.EFFECTS)
+            raise MustHandOff(_reasons.EFFECTS)
         return executable
 
     cdef object warm_key(self, Call* call, CallSignature signature, object store):

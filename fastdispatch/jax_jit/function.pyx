@@ -40,7 +40,7 @@ from fastdispatch.core.signature cimport CallSignature
 from fastdispatch.jax_jit.layout cimport CallShape, layout_of, shape_of, tuple_from_array
 from fastdispatch.core.cache import default_cache
 from fastdispatch import _jax, _reasons
-from fastdispatch._reasons import NotFast
+from fastdispatch._reasons import MustHandOff
 from fastdispatch.jax_jit import warm as _warm
 
 cdef extern from "Python.h":
@@ -326,8 +326,8 @@ cdef class CompiledFunction(Engine):
         cdef tuple built
         try:
             built = self._from_compiled(entry, leaves, compiled, HAND_OFF_NOW)
-        except NotFast as refusal:
-            self._warm_save(entry, compiled, traced, refusal.reason)
+        except MustHandOff as hand_off:
+            self._warm_save(entry, compiled, traced, hand_off.reason)
             raise
         self._warm_save(entry, compiled, traced, None)
         return built
@@ -401,7 +401,7 @@ cdef class CompiledFunction(Engine):
         self.remember_hand_off(None, None, None)
 
     cdef void handed_off(self, Call* call, CacheEntry entry, str reason):
-        """jax.jit takes a call.  Refused before any entry was found (None: jax.jit
+        """jax.jit takes a call.  Handed off before any entry was found (None: jax.jit
         raises for it, as a rule): the next of its shape goes to jax.jit before
         it is flattened.  On ``entry``, for the leaves' sake, where the call's
         arguments are trees: the next call laid out alike goes to jax.jit

@@ -55,7 +55,7 @@ from flax.nnx.transforms import compilation as _compilation
 from flax.typing import MISSING
 
 from fastdispatch import _jax, _reasons
-from fastdispatch._reasons import NotFast
+from fastdispatch._reasons import MustHandOff
 from fastdispatch.core import descriptions
 from fastdispatch.core import pytree as _pytree
 from fastdispatch.core.engine import library_function
@@ -144,7 +144,7 @@ def miss(function, args, kwargs, holding, store=None):
     when ``holding`` (a Record) proves the call's graph is the recorded one and
     the executable keeps the graph, a write-back into that record's slots, which
     leaves the graph's objects (and every record of them) as they are.  Returns
-    ``(output, graph, refusal, loaded)``: a Graph (plain data) from which the
+    ``(output, graph, reason, loaded)``: a Graph (plain data) from which the
     engine makes the entry and the Record for the next call on the graph left
     behind, or None and why no record can be made.
 
@@ -179,10 +179,10 @@ def miss(function, args, kwargs, holding, store=None):
         return miss(function, args, kwargs, holding, None)  # flax's call, not written again
     try:
         graph = _graph(function, args, kwargs, before, seconds, holding if kept else None)
-    except NotFast as refusal:
+    except MustHandOff as hand_off:
         if key is not None:
-            _warm_save_unrecorded(function, key, before, refusal.reason, store)
-        return out, None, refusal.reason, False
+            _warm_save_unrecorded(function, key, before, hand_off.reason, store)
+        return out, None, hand_off.reason, False
     if key is not None:
         own_outputs = jax.tree_util.tree_unflatten(
             graph.out_treedef.to_jax(), [0] * graph.out_treedef.num_leaves
@@ -252,7 +252,7 @@ def _warm_graph(function, args, kwargs, before, loaded, store, holding):
         )
         if sources != list(range(len(graph.slots), compiled.out_tree.num_leaves)):
             raise LookupError("outputs unlike the graph's")
-    except (NotFast, LookupError, TypeError, ValueError) as error:
+    except (MustHandOff, LookupError, TypeError, ValueError) as error:
         why = getattr(error, "reason", None) or str(error)
         fun = function.flax_function.fun
         store.refuse(fun, _reasons.WARM_UNFIT, f"has a stored executable that does not fit its call ({why})")
@@ -398,7 +398,7 @@ def _graph(function, args, kwargs, before, seconds, holding, compiled=None, outp
     record of the same graph, when the call kept it.  A warm-start load gives
     the executable (``compiled``), its outputs' structure and the split
     (``after``: the graph before the call, which the executable keeps).
-    NotFast when the fast path cannot run calls on it."""
+    MustHandOff when the fast path cannot run calls on it."""
     statics = _static_positions(function, args)
     resolved = _jax.resolved_arguments(function.jitted)
     leaves_before, treedef = _dynamic_leaves(before, statics)
@@ -409,7 +409,7 @@ def _graph(function, args, kwargs, before, seconds, holding, compiled=None, outp
             compiled.out_tree, [_Placeholder(i) for i in range(compiled.out_tree.num_leaves)]
         )
     if _holds_node_states(outputs[2]):
-        raise NotFast(_reasons.RETURNS_GRAPH_NODES)
+        raise MustHandOff(_reasons.RETURNS_GRAPH_NODES)
 
     positions = [i for i in range(len(args)) if i not in statics]
     positions += sorted(name for name in kwargs if name not in statics)
@@ -421,13 +421,13 @@ def _graph(function, args, kwargs, before, seconds, holding, compiled=None, outp
         ]
         leaves = holding.gather_now(args, kwargs)
         if leaves is None:
-            raise NotFast(_reasons.ARGUMENT_STRUCTURE_CHANGED)
+            raise MustHandOff(_reasons.ARGUMENT_STRUCTURE_CHANGED)
     else:
         if after is None:
             after = _split(function.flax_function, args, kwargs)
         leaves, treedef_after = _dynamic_leaves(after, statics)
         if treedef_after != treedef:
-            raise NotFast(_reasons.CALL_CHANGED_GRAPH)
+            raise MustHandOff(_reasons.CALL_CHANGED_GRAPH)
         roots, inputs = [], []
         for position in positions:
             argument = args[position] if type(position) is int else kwargs[position]
@@ -435,12 +435,12 @@ def _graph(function, args, kwargs, before, seconds, holding, compiled=None, outp
             if _graphlib.is_graph_node(argument):
                 out = (outputs[0] if type(position) is int else outputs[1])[position]
                 if not isinstance(pure, _NodeStates) or not isinstance(out, _NodeStates):
-                    raise NotFast(_reasons.NOT_SPLIT_AS_NODE)
+                    raise MustHandOff(_reasons.NOT_SPLIT_AS_NODE)
                 if out.graphdef != pure.graphdef.with_same_outer_index():
-                    raise NotFast(_reasons.EXECUTABLE_CHANGES_GRAPH)
+                    raise MustHandOff(_reasons.EXECUTABLE_CHANGES_GRAPH)
                 roots.append((position, argument, pure))
             elif _holds_node_states(pure):
-                raise NotFast(_reasons.NODES_IN_CONTAINER)
+                raise MustHandOff(_reasons.NODES_IN_CONTAINER)
             else:
                 inputs.append(_plain_input(position, args, kwargs))
         root_slots, guards = _slots_and_guards(roots)
@@ -450,10 +450,10 @@ def _graph(function, args, kwargs, before, seconds, holding, compiled=None, outp
 
     signature = _nnx.signature_of(treedef, leaves, _Paths.of(function, args, kwargs, treedef, statics))
     if not _nnx.signature_of(treedef, leaves_before).runs_as(signature):
-        raise NotFast(_reasons.CALL_CHANGED_SHAPES)
+        raise MustHandOff(_reasons.CALL_CHANGED_SHAPES)
     out_leaves, out_treedef = _pytree.flatten(outputs[2])
     if len(slots) + len(out_leaves) != compiled.out_tree.num_leaves:
-        raise NotFast(_reasons.OUTPUTS_NOT_GRAPH_LEAVES)
+        raise MustHandOff(_reasons.OUTPUTS_NOT_GRAPH_LEAVES)
     donates = bool(resolved.donate_argnums or resolved.donate_argnames)
     if holding is not None:
         nargs, kwnames, statics = holding.nargs, holding.kwnames, holding.statics
@@ -592,19 +592,19 @@ def _slots_and_guards(roots):
             if isinstance(leaf, _Variable):
                 _check_variable(leaf)
                 if _nnx.raw_value(leaf) is not raw:
-                    raise NotFast(_reasons.VALUE_NOT_SPLIT)
+                    raise MustHandOff(_reasons.VALUE_NOT_SPLIT)
                 root_slots.append(leaf)
             else:
                 owner = argument
                 for key in path[:-1]:
                     owner = _graphlib.get_node_impl(owner).node_dict(owner)[key]
                 if not isinstance(_graphlib.get_node_impl(owner), _graphlib.GraphNodeImpl):
-                    raise NotFast(_reasons.ARRAY_IN_CONTAINER)
+                    raise MustHandOff(_reasons.ARRAY_IN_CONTAINER)
                 if vars(owner).get(path[-1]) is not raw:
-                    raise NotFast(_reasons.ATTRIBUTE_NOT_SPLIT)
+                    raise MustHandOff(_reasons.ATTRIBUTE_NOT_SPLIT)
                 root_slots.append((owner, path[-1]))
         if len(root_slots) != len(pure.states[0]):
-            raise NotFast(_reasons.OTHER_LEAVES)
+            raise MustHandOff(_reasons.OTHER_LEAVES)
         slots.append((position, tuple(root_slots)))
     return slots, _guards([argument for _, argument, _ in roots])
 
@@ -612,9 +612,9 @@ def _slots_and_guards(roots):
 def _check_variable(variable):
     metadata = _nnx.metadata(variable)
     if metadata.get("hijax") or metadata.get("ref"):
-        raise NotFast(_reasons.REF_VARIABLE)
+        raise MustHandOff(_reasons.REF_VARIABLE)
     if type(_nnx.raw_value(variable)) not in _ARRAY_TYPES:
-        raise NotFast(_reasons.VALUE_NOT_ARRAY)
+        raise MustHandOff(_reasons.VALUE_NOT_ARRAY)
     variable._check_can_update()
 
 
@@ -631,7 +631,7 @@ def _guards(roots):
             guards.append(VariableGuard(x, dict(_nnx.metadata(x))))
             return
         if _variablelib.is_array_ref(x):
-            raise NotFast(_reasons.ARRAY_REF)
+            raise MustHandOff(_reasons.ARRAY_REF)
         kind = type(x)
         impl = _graphlib.get_node_impl(x)
         if isinstance(impl, _graphlib.GraphNodeImpl):
@@ -661,12 +661,12 @@ def _guards(roots):
             for value in x:
                 visit(value)
         elif kind is _pytreelib.PytreeState:
-            raise NotFast(_reasons.STATE_OUTSIDE_NODE)
+            raise MustHandOff(_reasons.STATE_OUTSIDE_NODE)
         elif issubclass(kind, tuple):  # immutable: its children only
             for value in x:
                 visit(value)
         elif impl is not None:
-            raise NotFast(_reasons.OTHER_CONTAINER, kind.__name__)
+            raise MustHandOff(_reasons.OTHER_CONTAINER, kind.__name__)
         # anything else is a leaf or a static value: its parent's guard holds it
 
     for root in roots:

@@ -113,8 +113,8 @@ def signature_of(TreeDef treedef, list leaves, front=None):
 
 
 cdef CallSignature _signature_of(TreeDef treedef, list leaves, tuple context, object front):
-    cdef LeafKind refused = LEAF_ARRAY
-    return make_signature(treedef, leaves, (), context, (), &refused, front)
+    cdef LeafKind unkeyed = LEAF_ARRAY
+    return make_signature(treedef, leaves, (), context, (), &unkeyed, front)
 
 
 cdef inline object _slot_read(object descriptor, descrgetfunc get, object owner):
@@ -491,7 +491,7 @@ cdef class NnxJitFunction(Engine):
         cdef bint compiled = False
         cdef Record record = None
         try:
-            out, graph, refusal, loaded = self.flax_miss(self, args, kwargs, holding, warm_store())
+            out, graph, reason, loaded = self.flax_miss(self, args, kwargs, holding, warm_store())
             if loaded:
                 # Warm start: an executable from the store, for the graph as
                 # flax's split found it; it runs as a hit (a Record's write-back).
@@ -499,7 +499,7 @@ cdef class NnxJitFunction(Engine):
                 if entry is None:
                     entry = self._new_entry(call, graph)
                 if entry.executable is None:
-                    out, graph, refusal, loaded = self.flax_miss(self, args, kwargs, holding, None)
+                    out, graph, reason, loaded = self.flax_miss(self, args, kwargs, holding, None)
         except BaseException:
             ended(call, times, False, 0, _NEW_GRAPH, None)
             raise
@@ -512,13 +512,13 @@ cdef class NnxJitFunction(Engine):
                 entry = self._new_entry(call, graph)
                 compiled = True
             if entry.executable is None:
-                refusal = entry.hand_off_reason
+                reason = entry.hand_off_reason
             else:
                 record = self._record(graph, entry, holding)
         if record is None:
             key = _arguments_key(args, kwargs)
-            self.hand_off_repeated = self.handed_off_like == key and self.memo_reason == refusal
-            self.remember_hand_off(key, refusal, None)
+            self.hand_off_repeated = self.handed_off_like == key and self.memo_reason == reason
+            self.remember_hand_off(key, reason, None)
         ended(call, times, False, now_ns() - times.found if compiled else 0,
               None if compiled else _NEW_GRAPH, entry.signature if record is not None else None)
         keep(&found.out, out)

@@ -177,7 +177,7 @@ def format_lines(by_line, wall_seconds):
             f"{row['file']}:{row['line']}",
             f"{row['seconds']:.3f} s",
             f"{100 * row['seconds'] / wall_seconds:.1f}%",
-            f"in {row['library_call']}" if row["library_call"] else "",
+            f"in {row['in_library']}" if row["in_library"] else "",
         )
         for row in by_line[:LINES_SHOWN]
     ]

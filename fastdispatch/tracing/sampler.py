@@ -76,7 +76,7 @@ class Sampler:
     def by_line(self, cwd):
         """Every line the time went to, most first, as dicts."""
         return [
-            {"file": short_path(file, cwd), "line": line, "library_call": call, "seconds": ns / 1e9}
+            {"file": short_path(file, cwd), "line": line, "in_library": call, "seconds": ns / 1e9}
             for (file, line, call), ns in self.lines.most_common()
         ]
 

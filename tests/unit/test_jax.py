@@ -18,7 +18,7 @@ import pytest
 from subprocess_util import run_in_subprocess
 
 from fastdispatch import _jax
-from fastdispatch._reasons import NotFast
+from fastdispatch._reasons import MustHandOff
 
 
 def compiled_for(fun, *args, **kwargs):
@@ -228,7 +228,7 @@ def test_transfer_guard_reads_and_explicit_scope():
 
 def test_executable_parts_refuse_debug_nans():
     compiled = compiled_for(lambda x: x * 2, jnp.ones(2))
-    with jax.debug_nans(True), pytest.raises(NotFast) as refused:
+    with jax.debug_nans(True), pytest.raises(MustHandOff) as refused:
         _jax.executable_parts(compiled)
     assert refused.value.reason == "debug_nans or debug_infs"
 
@@ -442,7 +442,7 @@ def check_scalar_devices_on_a_mesh():
     assert outputs[0].sharding == jax.jit(lambda v, s: v * s)(x, 3.0).sharding
     try:
         _jax.scalar_devices(NamedSharding(mesh, P("a")))
-    except NotFast as refused:
+    except MustHandOff as refused:
         assert refused.reason == "host argument with a partitioned sharding"
     else:
         raise AssertionError("a partitioned sharding was accepted")

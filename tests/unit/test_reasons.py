@@ -6,7 +6,7 @@ import re
 import pytest
 
 from fastdispatch import _reasons
-from fastdispatch._reasons import NotFast
+from fastdispatch._reasons import MustHandOff
 
 TRACING_DOC = pathlib.Path(__file__).parents[2] / "docs" / "tracing.md"
 
@@ -28,8 +28,8 @@ def test_reasons_are_interned_and_distinct():
 
 
 def test_not_fast_carries_a_known_reason():
-    refusal = NotFast(_reasons.EFFECTS, "a callback")
+    refusal = MustHandOff(_reasons.EFFECTS, "a callback")
     assert refusal.reason is _reasons.EFFECTS and refusal.detail == "a callback"
     assert str(refusal) == "effects: a callback"
     with pytest.raises(AssertionError):
-        NotFast("some reason nobody documented")
+        MustHandOff("some reason nobody documented")

@@ -35,17 +35,15 @@ def test_the_programs_own_line_gets_its_time():
     rows = sampler.by_line(".")
     assert rows, "no sample"
     top = rows[0]
-    assert top["file"].endswith("test_sampler.py") and top["library_call"] == ""
+    assert top["file"].endswith("test_sampler.py") and top["in_library"] == ""
     assert top["seconds"] > 0.1
     assert sum(row["seconds"] for row in rows) <= sampler.sampled_ns / 1e9 + 1e-9
 
 
 def test_a_library_call_is_named_at_the_line_that_made_it():
     sampler = sample_while(lambda: sort_a_lot(0.3))
-    named = [row for row in sampler.by_line(".") if row["library_call"]]
-    assert any(
-        row["library_call"].startswith("numpy.") and row["library_call"].endswith("sort") for row in named
-    )
+    named = [row for row in sampler.by_line(".") if row["in_library"]]
+    assert any(row["in_library"].startswith("numpy.") and row["in_library"].endswith("sort") for row in named)
 
 
 def test_the_time_of_a_line_includes_its_jax_calls():
