@@ -425,15 +425,15 @@ def test_a_large_matmul_printing_its_loss_is_device_bound(tmp_path):
             return x, jnp.mean(x)
 
 
-        w = jnp.ones((1024, 1024)) / 1024
-        x = jnp.ones((1024, 1024))
-        for step in range(300):
+        w = jnp.ones((2048, 2048)) / 2048
+        x = jnp.ones((2048, 2048))
+        for step in range(80):
             x, loss = big(w, x)
             print(f"step {step}: loss {float(loss):.4f}")
         """,
     )
     device = verdict_of(report, "big")
-    assert device["verdict"] == "device-bound" and device["waited_calls"] >= 4
+    assert device["verdict"] == "device-bound" and device["waited_calls"] >= 3  # one burst: 3 run alone
     assert report["split"]["device_work"] > 0.5 * report["split"]["host_syncs"]
     assert "device-bound" in stderr and "device work of compiled calls" in stderr
 
