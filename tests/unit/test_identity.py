@@ -1,6 +1,7 @@
 """warm.identity: what counts as installed code, keyed by name and version."""
 
 import importlib
+import importlib.metadata
 import sys
 
 import pytest
@@ -8,16 +9,18 @@ import pytest
 from fastdispatch.warm import identity
 
 
-def write_package(folder, name, version=None, dist_folder=None):
+def write_package(folder, name, version=None, dist_folder=None, distribution=None):
     """A package ``name`` in ``folder``; with ``version``, its dist-info in
-    ``dist_folder`` (default: beside it, as pip --target writes it)."""
+    ``dist_folder`` (default: beside it, as pip --target writes it), of the
+    distribution ``distribution`` (default: ``name``)."""
     package = folder / name
     package.mkdir(parents=True)
     (package / "__init__.py").write_text("class Mapping(dict):\n    pass\n")
     if version is not None:
-        info = (dist_folder or folder) / f"{name}-{version}.dist-info"
+        distribution = distribution or name
+        info = (dist_folder or folder) / f"{distribution}-{version}.dist-info"
         info.mkdir(parents=True)
-        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {distribution}\nVersion: {version}\n")
         (info / "top_level.txt").write_text(name + "\n")
         (info / "RECORD").write_text(f"{name}/__init__.py,,\n")
 
@@ -27,11 +30,11 @@ def on_path(monkeypatch):
     def add(folder):
         monkeypatch.syspath_prepend(str(folder))
         importlib.invalidate_caches()
-        identity._top_level_distributions.cache_clear()
+        identity._folder_distributions.cache_clear()
         identity._in_its_distribution.cache_clear()
 
     yield add
-    identity._top_level_distributions.cache_clear()
+    identity._folder_distributions.cache_clear()
     identity._in_its_distribution.cache_clear()
 
 
@@ -59,3 +62,34 @@ def test_an_editable_install_stays_the_programs_code(tmp_path, on_path):
         assert not identity._installed("fd_editable_lib")
     finally:
         sys.modules.pop("fd_editable_lib", None)
+
+
+def test_a_package_named_unlike_its_distribution_is_keyed_by_its_version(tmp_path, on_path):
+    # PyYAML's yaml: importlib.metadata.version("yaml") finds nothing.
+    write_package(tmp_path / "site", "fd_named_lib", "4.5.6", distribution="FdOtherName")
+    on_path(tmp_path / "site")
+    try:
+        importlib.import_module("fd_named_lib")
+        identity._package_version.cache_clear()
+        assert identity._installed("fd_named_lib")
+        assert identity._package_version("fd_named_lib") == "4.5.6"
+    finally:
+        sys.modules.pop("fd_named_lib", None)
+        identity._package_version.cache_clear()
+
+
+def test_the_programs_own_module_reads_no_distribution_but_its_folders(tmp_path, on_path, monkeypatch):
+    # The first key of a program must not scan every installed distribution
+    # (0.1 s and more, in its first step).
+    def scan(*args, **kwargs):
+        raise AssertionError("every distribution scanned")
+
+    monkeypatch.setattr(importlib.metadata, "packages_distributions", scan)
+    monkeypatch.setattr(importlib.metadata, "distributions", scan)
+    (tmp_path / "fd_own_module.py").write_text("X = 1\n")
+    on_path(tmp_path)
+    try:
+        importlib.import_module("fd_own_module")
+        assert not identity._installed("fd_own_module")
+    finally:
+        sys.modules.pop("fd_own_module", None)
