@@ -13,10 +13,11 @@ import textwrap
 from frontends import needs_flax
 
 
-def run_prog(tmp_path, *options):
-    """Run tmp_path/prog.py under ``python -m fastdispatch [options]``; the
-    finished process, which must have exited 0."""
-    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONDONTWRITEBYTECODE="1")
+def run_prog(tmp_path, *options, env=None):
+    """Run tmp_path/prog.py under ``python -m fastdispatch [options]`` (with
+    ``env`` added to the environment); the finished process, which must have
+    exited 0."""
+    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONDONTWRITEBYTECODE="1", **(env or {}))
     proc = subprocess.run(
         [sys.executable, "-m", "fastdispatch", *options, "prog.py"],
         cwd=tmp_path,
@@ -29,13 +30,13 @@ def run_prog(tmp_path, *options):
     return proc
 
 
-def run_traced(tmp_path, source):
+def run_traced(tmp_path, source, env=None):
     """Run ``source`` as prog.py under --trace and --trace-json; return
     (the JSON report, stderr, the planted line number)."""
     source = textwrap.dedent(source)
     (tmp_path / "prog.py").write_text(source)
     planted = [i for i, line in enumerate(source.splitlines(), 1) if "# PLANTED" in line]
-    proc = run_prog(tmp_path, "--trace", "--trace-json", "report.json")
+    proc = run_prog(tmp_path, "--trace", "--trace-json", "report.json", env=env)
     report = json.loads((tmp_path / "report.json").read_text())
     return report, proc.stderr, planted[0] if planted else None
 
@@ -439,6 +440,7 @@ def test_a_large_matmul_printing_its_loss_is_device_bound(tmp_path):
 
 
 def test_the_wall_time_goes_to_the_programs_lines(tmp_path):
+    # Asked for: the sampler is off by default (fastdispatch.tracing.LINES_VARIABLE).
     report, stderr, line = run_traced(
         tmp_path,
         """\
@@ -460,9 +462,12 @@ def test_the_wall_time_goes_to_the_programs_lines(tmp_path):
         for i in range(40):
             w = step(w, jnp.asarray(tokenize("some text")))
         """,
+        env={"FASTDISPATCH_TRACE_LINES": "1"},
     )
     rest = report["lines"]
     # The planted line's 0.8 s outweighs the loop line's, which holds the compile.
     assert rest and (rest[0]["file"], rest[0]["line"]) == ("prog.py", line)
     assert rest[0]["seconds"] >= 0.5 * 40 * 0.02
     assert "by your line (the main thread sampled" in stderr
+    default, default_stderr, _ = run_traced(tmp_path, (tmp_path / "prog.py").read_text())
+    assert default["lines"] == [] and "by your line" not in default_stderr
