@@ -115,11 +115,13 @@ def _install_folder(top, path):
     files, or None."""
     if path is None:
         return None
-    real = os.path.realpath(path)
-    parts = real.split(os.sep)
-    if top in parts[:-1]:
-        return os.sep.join(parts[: len(parts) - 1 - parts[:-1][::-1].index(top) - 1])
-    return os.path.dirname(real)  # a module of its own, top.py
+    folder = package = os.path.dirname(os.path.realpath(path))
+    while os.path.basename(package) != top:
+        parent = os.path.dirname(package)
+        if parent == package:
+            return folder  # a module of its own, top.py
+        package = parent
+    return os.path.dirname(package)
 
 
 @functools.lru_cache(maxsize=64)
@@ -135,8 +137,11 @@ def _folder_distributions(folder) -> dict:
     for name in names:
         distribution = importlib.metadata.PathDistribution(pathlib.Path(folder, name))
         declared = (distribution.read_text("top_level.txt") or "").split()
+        # Else the first part of each installed file's path (RECORD's first
+        # column), read as text: parsing it into paths is most of the time.
+        record = "" if declared else distribution.read_text("RECORD") or ""
         tops = declared or {
-            file.parts[0].partition(".")[0] for file in distribution.files or () if file.parts
+            line.partition(",")[0].split("/")[0].partition(".")[0] for line in record.splitlines()
         }
         for top in tops:
             found.setdefault(top, distribution)
