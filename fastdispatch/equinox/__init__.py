@@ -92,8 +92,8 @@ def _dispatcher_for(jitted, jitkwargs) -> _filter.FilterDispatcher:
 
 
 def _warm_options(jitkwargs) -> dict:
-    """What a filter_jit call's warm-start key adds (warm/keys.py's
-    filter_call_key): equinox's version (its jit's function, its Modules'
+    """The options a filter_jit call's warm-start key adds (warm/keys.py's
+    call_key, with equinox/warm.py's parts): equinox's version (its jit's function, its Modules'
     flatten), the jit options (equinox shares one jax.jit per function and
     options), and equinox's sentinel by name."""
     return {"equinox": equinox.__version__, "jit": dict(jitkwargs), "constants": {"equinox.MISSING": MISSING}}

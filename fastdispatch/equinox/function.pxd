@@ -23,7 +23,7 @@ cdef class FilterDispatcher(Engine):
     cdef object equinox_call       # equinox's own wrapper call: (wrapper, *args, **kwargs)
     cdef object equinox_lower      # equinox's own lowering: (wrapper, *args, **kwargs)
     cdef object is_array           # equinox.is_array, for leaves of unknown types
-    cdef object warm_options       # what its warm-start keys add (keys.filter_call_key), or None
+    cdef object warm_options       # what its warm-start keys add (its options: equinox/warm.py), or None
     cdef dict plans                # (id(signature), nargs, kwnames) -> BindPlan
     cdef BindPlan last_plan        # the plan of the previous call: one identity check
     # The identity guard: a call on the previous call's very objects.

@@ -128,7 +128,7 @@ def jit(
     fast = type(flax_function) is _compilation.JitWrapped and in_shardings is None and out_shardings is None
     function = NnxJitFunction(flax_function, flax_function.jitted_fn if fast else None, fast, miss)
     functools.update_wrapper(function, fun)
-    # What a warm-start key adds (warm/keys.py's nnx_call_key): flax's version
+    # What a warm-start key adds (its options, warm/keys.py's call_key): flax's version
     # (its split, JitFn and merge) and the options, graph modes resolved.
     options.update(graph=True, graph_updates=True, flax=flax.__version__)
     function._warm_options = options
