@@ -352,7 +352,7 @@ HAND_OFFS = [
         forward,
         _numpy_tree_args,
         "numpy arguments",
-        "forward(params, x): 4 arrays and a numpy f32[4,8]; raw limit has x already on the device",
+        "forward(params, x): 4 arrays and a numpy f32[4,8]; raw limit puts x on the device each call",
     ),
     _hand_off_row(
         "hand_off_new_scalar_tree",
@@ -360,8 +360,9 @@ HAND_OFFS = [
         decay_params,
         lambda: ((make_params(1.0, FEW_LAYERS), 0), {}),
         "new scalar value",
-        "decay_params(params, step) with step += 1 every call; raw limit runs step 0 every time",
+        "decay_params(params, step) with step += 1 every call; raw limit puts step on the device each call",
         loop=step_counter,
+        new_scalars=(int,),
         skip={EQUINOX: "filter_jit makes step: int static: a compile every call"},
     ),
     _hand_off_row(
@@ -503,7 +504,8 @@ def _trainstate(kind: str, batch: str) -> Workload:
         skip={EQUINOX: "filter_jit makes TrainState.create's step=0 static: its step stays an int"},
         note=f"train_step(state, x, y): linen Dense 32, relu, Dense {CLASSES}, TrainState.create(..., "
         f"tx=optax.adam(1e-3)), cross-entropy on integer labels, state fed back; x, y: numpy {batch}, "
-        f"{TRAINSTATE_BATCHES} batches in turn; raw limit runs the first state and batch every time",
+        f"{TRAINSTATE_BATCHES} batches in turn; raw limit runs the first state and batch every time, "
+        "the batch put on the device each call",
     )
 
 
@@ -681,7 +683,7 @@ WORKLOADS = [
         add,
         lambda: ((np.ones(4, np.float32), np.full(4, 2.0, np.float32)), {}),
         hand_off="numpy arguments",
-        note=f"'numpy arguments': {_HAND_OFF_NOTE}; raw limit has the arguments already on the device",
+        note=f"'numpy arguments': {_HAND_OFF_NOTE}; raw limit puts both on the device each call",
     ),
     Workload(
         "positional_200", "200 positional arrays", total, lambda: (tuple(_vec(i) for i in range(200)), {})
@@ -704,8 +706,9 @@ WORKLOADS = [
         _adam_args,
         loop=adam_fed_back,
         skip={EQUINOX: "filter_jit makes step: int static: a compile every call"},
+        new_scalars=(int,),
         note="adam_step(params, opt_state, batch, step: int, lr: float); "
-        "raw limit runs the first call's inputs every time",
+        "raw limit runs the first call's inputs every time, step put on the device each call",
     ),
     Workload(
         "adam_small",
@@ -714,7 +717,9 @@ WORKLOADS = [
         _small_adam_args,
         loop=adam_fed_back,
         skip={EQUINOX: "filter_jit makes step: int static: a compile every call"},
-        note="the Adam step on a 2-layer param dict; raw limit runs the first call's inputs every time",
+        new_scalars=(int,),
+        note="the Adam step on a 2-layer param dict; raw limit runs the first call's inputs every time, "
+        "step put on the device each call",
     ),
     Workload(
         "step_counter",
@@ -724,8 +729,9 @@ WORKLOADS = [
         loop=step_counter,
         skip={EQUINOX: "filter_jit makes step: int static: a compile every call"},
         hand_off="new scalar value",
+        new_scalars=(int,),
         note=f"'new scalar value': {_HAND_OFF_NOTE}; decay(x, step) with step += 1 every call; "
-        "raw limit runs step 0 every time",
+        "raw limit puts step on the device each call",
     ),
     Workload(
         "numpy_batch",
@@ -734,7 +740,7 @@ WORKLOADS = [
         _numpy_batch_args,
         loop=numpy_batches,
         note=f"params: {BATCH_LAYERS}-layer dict fed back; x, y: numpy f32[4,8], "
-        f"{NUMPY_BATCHES} batches in turn; raw limit has the first batch already on the device",
+        f"{NUMPY_BATCHES} batches in turn; raw limit puts the first batch on the device each call",
     ),
     _effect_step("debug_print", "jax.debug.print step", printed_step, "stdout to os.devnull", quiet=True),
     _effect_step(

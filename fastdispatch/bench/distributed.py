@@ -127,7 +127,7 @@ def worker(repeats: int, steps: int) -> None:
         problems.append(f"fastdispatch left its fast path: {stats}")
 
     compiled = reference.lower(params, x, y, LEARNING_RATE).compile()
-    run_raw = raw_runner(compiled, params, x, y, LEARNING_RATE)
+    run_raw = raw_runner(compiled, (params, x, y, LEARNING_RATE))
 
     def raw(params, x, y, lr):  # the first call's inputs every time: the floor
         return params, run_raw()[-1]  # the loss is the last output

@@ -45,7 +45,7 @@ def _raw(w: Workload):
     options = {k: v for k, v in w.jit_options.items() if k != "donate"}
     args, kwargs = w.make_args()
     compiled, dynamic = equinox_executable(equinox.filter_jit(w.fun, **options), *args, **kwargs)
-    return raw_runner(compiled, *dynamic), 1  # output 0 is equinox's marker
+    return raw_runner(compiled, dynamic), 1  # output 0 is equinox's marker
 
 
 def _mlp(seed=0, **kwargs):

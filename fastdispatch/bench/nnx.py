@@ -68,7 +68,7 @@ def _raw(w: Workload):
 
     args, kwargs = w.make_args()
     compiled, pure_args, pure_kwargs, state = nnx_executable(nnx.jit(w.fun), *args, **kwargs)
-    return raw_runner(compiled, *pure_args, **pure_kwargs), state
+    return raw_runner(compiled, pure_args, pure_kwargs), state
 
 
 def train_step(model, optimizer, x, y):

@@ -3,54 +3,82 @@
 from __future__ import annotations
 
 import jax
+import numpy as np
 
 from fastdispatch import _jax
 
+_PYTHON_SCALARS = (bool, int, float, complex)
 
-def raw_runner(compiled: jax.stages.Compiled, *args, **kwargs):
-    """A zero-argument callable that runs ``compiled`` on these arguments
-    through the bare PjRt call: ``execute_sharded(leaves).consume_with_handlers``.
+
+def raw_runner(
+    compiled: jax.stages.Compiled, args: tuple, kwargs: dict | None = None, new_scalars: tuple = ()
+):
+    """A zero-argument callable that runs ``compiled`` on ``args`` and
+    ``kwargs`` through the bare PjRt call:
+    ``execute_sharded(leaves).consume_with_handlers``.
 
     The leaves are flattened, pruned to the kept ones, placed on their devices
     and unwrapped (typed keys) once, here, so that the callable measures the
-    floor of dispatch: no Python work beyond the two jaxlib calls.  Its result
-    is the flat list of outputs.  An executable with effects runs as jax runs
-    it, with runtime tokens: one prepared token array per ordered effect in,
-    the token outputs and the runtime token taken out and dropped.
+    floor of dispatch.  Host data is the exception: a numpy leaf is put on the
+    device on every call (its memory may change between calls, so no caller
+    can keep it there), one jaxlib ``batched_device_put`` each, and so is a
+    Python scalar of a type in ``new_scalars`` (a step counter's int: a new
+    value every call); another Python scalar is put once, as fastdispatch
+    keeps a repeated value on the device.  Its result is the flat list of
+    outputs; its ``host_transfers`` says how many leaves each call puts.  An
+    executable with effects runs as jax runs it, with runtime tokens: one
+    prepared token array per ordered effect in, the token outputs and the
+    runtime token taken out and dropped.
     """
     parts = _jax.executable_parts(compiled)
     if isinstance(parts, str):
         raise ValueError(f"raw_runner: this executable cannot run directly ({parts})")
-    leaves = jax.tree_util.tree_leaves((args, kwargs))
-    buffers = []
-    for index, sharding, aval in zip(parts.kept, parts.in_shardings, parts.in_avals):
+    leaves = jax.tree_util.tree_leaves((args, kwargs or {}))
+    buffers, transfers = [], []
+    for position, (index, sharding, aval) in enumerate(zip(parts.kept, parts.in_shardings, parts.in_avals)):
         leaf = leaves[index]
-        if type(leaf) in (bool, int, float, complex):
+        if isinstance(leaf, (np.ndarray, np.generic)) or type(leaf) in new_scalars:
+            transfers.append((position, leaf, aval, sharding, _jax.scalar_devices(sharding)))
+            leaf = None  # put by each call
+        elif type(leaf) in _PYTHON_SCALARS:
             # As fastdispatch puts a Python scalar: jax.device_put would also
             # compare the value across the processes of a jax.distributed job.
             leaf = _jax.put_host(leaf, aval, sharding, _jax.scalar_devices(sharding), False)
         else:
             leaf = jax.device_put(leaf, sharding)
-        if jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key):
+        if leaf is not None and jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key):
             leaf = jax.random.key_data(leaf)
         buffers.append(leaf)
-    execute, handlers = parts.execute, parts.out_handlers
+    execute, handlers, put = parts.execute, parts.out_handlers, _jax.put_host
+    ordered = len(parts.ordered_effects)
+    if parts.with_tokens:
+        buffers = [_jax.fresh_token_buffer(parts.devices[0]) for _ in range(ordered)] + buffers
+        transfers = [(position + ordered, *rest) for position, *rest in transfers]
+
+    def inputs():
+        if not transfers:
+            return buffers
+        sent = list(buffers)
+        for position, leaf, aval, sharding, devices in transfers:
+            sent[position] = put(leaf, aval, sharding, devices, False)
+        return sent
+
     if not parts.with_tokens:
 
         def run():
-            return execute(buffers).consume_with_handlers(handlers)
+            return execute(inputs()).consume_with_handlers(handlers)
 
+        run.host_transfers = len(transfers)
         return run
 
-    ordered = len(parts.ordered_effects)
-    buffers = [_jax.fresh_token_buffer(parts.devices[0]) for _ in range(ordered)] + buffers
     token_handlers = [lambda arrays: arrays] * ordered
 
     def run_with_tokens():
-        results = execute(buffers, with_tokens=True)
+        results = execute(inputs(), with_tokens=True)
         if ordered:
             results.consume_with_handlers(token_handlers, strict=False)
         results.consume_token()
         return results.consume_with_handlers(handlers)
 
+    run_with_tokens.host_transfers = len(transfers)
     return run_with_tokens

@@ -53,6 +53,7 @@ class Result:
     hand_offs: dict = dataclasses.field(
         default_factory=dict
     )  # fastdispatch.trace: reason -> calls of FED_BACK_CALLS
+    raw_host_transfers: int = 0  # host leaves the raw limit puts on the device each call
 
     def median(self, name: str) -> float | None:
         return statistics.median(self.samples[name]) if name in self.samples else None
@@ -147,6 +148,7 @@ def _run_checked(w: Workload, impls: list[Impl], repeats: int, target_s: float, 
         result.skipped[RAW] = why
     else:
         loops[RAW] = _raw_loop(run, w.blocking)
+        result.raw_host_transfers = getattr(run, "host_transfers", 0)
 
     result.calls = n = calls_per_loop(loops[reference.name], target_s)
     for name, loop in list(loops.items()):
@@ -226,7 +228,7 @@ def jit_raw_runner(w: Workload) -> tuple[Callable[[], list], int]:
     nums = {nums} if isinstance(nums, int) else set(nums or ())
     args = [a for i, a in enumerate(args) if i not in nums]
     kwargs = {k: v for k, v in kwargs.items() if k not in names}
-    return raw_runner(compiled, *args, **kwargs), 0
+    return raw_runner(compiled, args, kwargs, w.new_scalars), 0
 
 
 def _raw_loop(run: Callable[[], list], blocking: bool) -> Callable[[int], object]:

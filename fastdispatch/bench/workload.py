@@ -98,6 +98,10 @@ class Workload:
     # call, how many of its first outputs are not the function's: equinox's
     # marker, flax's Variables); default: jax.jit's executable of fun.
     raw: Callable[[Workload], tuple[Callable[[], list], int]] | None = None
+    # Python scalar types whose values the loop changes every call (a step
+    # counter's int): the raw limit puts them on the device on every call, as
+    # it does numpy leaves (fastdispatch.bench.raw.raw_runner).
+    new_scalars: tuple[type, ...] = ()
     quiet: bool = False  # the function prints (jax.debug.print): stdout goes to os.devnull
     # A row of plain functions rather than one function wrapped by each implementation
     # (fastdispatch.device_put against jax.device_put): called once per run, it gives

@@ -181,8 +181,8 @@ def _site_findings(trace, wall_ns) -> list:
     """host_transfer, host_sync and eager_ops: one finding per call site
     past its kind's thresholds."""
     candidates = [
-        ("host_transfer", MIN_HOST_TRANSFERS, site, calls, ns, _transfer_message(calls, total_bytes))
-        for site, (calls, total_bytes, ns) in trace._transfers.items()
+        ("host_transfer", MIN_HOST_TRANSFERS, site, calls, ns, _transfer_message(calls, total_bytes, handed_off))
+        for site, (calls, total_bytes, ns, handed_off) in trace._transfers.items()
     ]
     tally = trace.tally
     if tally is not None:
@@ -208,11 +208,13 @@ def _site_findings(trace, wall_ns) -> list:
     ]
 
 
-def _transfer_message(calls, total_bytes):
-    return (
-        f"numpy data put on the device at every call ({_bytes(total_bytes // calls)} a call, {calls} calls); "
-        f"jax.device_put it once before the loop, or slice device-resident data"
-    )
+def _transfer_message(calls, total_bytes, handed_off):
+    sent = f"numpy data put on the device every call ({_bytes(total_bytes // calls)} a call, {calls} calls)"
+    if handed_off * 2 > calls:
+        # Handed off for its host data (docs/tracing.md, "numpy arguments"):
+        # new data every step (an environment's observation) stays there.
+        return f"{sent} by jax.jit, faster here than the fast path; on-device data runs on the fast path"
+    return f"{sent}; jax.device_put it once before the loop, or slice device-resident data"
 
 
 def _sync_message(count, hows):

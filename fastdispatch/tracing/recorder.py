@@ -219,7 +219,7 @@ class Trace:
         self.start_ns = time.perf_counter_ns()
         self.end_ns = None
         self._host_bytes = {}  # id(signature) -> (signature, numpy bytes each call converts)
-        self._transfers = {}  # site -> [calls, bytes, ns outside the launch]
+        self._transfers = {}  # site -> [calls, bytes, ns outside the launch, calls handed off]
         self._serials = itertools.count()  # one per wrapper object seen
         self._compiled = {}  # id(signature) -> (signature, function key): whose executable
         self.tally = None  # hooks.Tally while host syncs and eager ops are watched
@@ -247,10 +247,11 @@ class Trace:
                 host = self._host_bytes[id(signature)] = (signature, _host_bytes(signature))
             if host[1]:
                 site = site or user_site(sys._getframe(1))
-                entry = self._transfers.setdefault(site, [0, 0, 0])
+                entry = self._transfers.setdefault(site, [0, 0, 0, 0])
                 entry[0] += 1
                 entry[1] += host[1]
                 entry[2] += (times[5] - times[0]) - (times[4] - times[3])
+                entry[3] += hand_off is not None
         # A pending call holds its function's key, not the function: the trace
         # must not keep a dropped function (and what it closes over) alive.
         # What a compile's fold reads of the function is read now.

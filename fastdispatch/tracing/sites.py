@@ -43,7 +43,15 @@ def _stdlib_roots():
     return [os.path.join(sysconfig.get_paths()[key], "") for key in ("stdlib", "platstdlib")]
 
 
+def _program_roots():
+    """fastdispatch's own example programs (``bench --programs``): inside the
+    package, but written as a user writes a program, and reported as one."""
+    programs = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench", "programs")
+    return tuple(dict.fromkeys((os.path.join(programs, ""), os.path.join(os.path.realpath(programs), ""))))
+
+
 _roots = None
+_programs = None
 _is_library = {}  # code object -> bool
 
 
@@ -51,11 +59,13 @@ def library_code(code) -> bool:
     """Whether frames of ``code`` belong to a library (or to Python itself)."""
     found = _is_library.get(code)
     if found is None:
-        global _roots
+        global _roots, _programs
         if _roots is None:
-            _roots = _library_roots()
+            _roots, _programs = _library_roots(), _program_roots()
         filename = code.co_filename
-        found = filename.startswith("<frozen") or filename.startswith(_roots)
+        found = filename.startswith("<frozen") or (
+            filename.startswith(_roots) and not filename.startswith(_programs)
+        )
         _is_library[code] = found
     return found
 
@@ -103,13 +113,13 @@ _INSTALL_DIRS = ("site-packages", "dist-packages")
 
 def _installed_roots():
     """Where installed packages and the standard library live, longest first."""
-    global _installed, _roots
+    global _installed, _roots, _programs
     if _installed is None:
         paths = sysconfig.get_paths()
         roots = [paths[key] for key in ("purelib", "platlib", "stdlib", "platstdlib") if key in paths]
         roots += [entry for entry in sys.path if os.path.basename(entry) in _INSTALL_DIRS]
         if _roots is None:
-            _roots = _library_roots()
+            _roots, _programs = _library_roots(), _program_roots()
         # The folders holding the libraries (pip install --target DIR, on PYTHONPATH).
         own = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "")
         roots += [

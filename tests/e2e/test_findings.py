@@ -284,6 +284,33 @@ def test_host_transfer_of_nested_trees_counts_every_call(tmp_path):
     finding = only_finding(report, "host_transfer")
     assert finding["line"] == line and finding["count"] == 200
     assert "64 bytes a call" in finding["message"]
+    assert "by jax.jit, faster here than the fast path" in finding["message"]
+
+
+def test_host_transfer_the_fast_path_makes_says_to_keep_the_data_on_the_device(tmp_path):
+    # 16 arrays beside one numpy leaf: the fast path converts it itself.
+    report, _, line = run_traced(
+        tmp_path,
+        """\
+        import jax
+        import jax.numpy as jnp
+        import numpy as np
+
+
+        @jax.jit
+        def step(params, batch):
+            return {k: w + jnp.sum(batch) for k, w in params.items()}
+
+
+        params = {f"w{i:02d}": jnp.zeros(4) for i in range(16)}
+        for i in range(30):
+            params = step(params, np.full((8,), i, np.float32))  # PLANTED
+        """,
+    )
+    finding = only_finding(report, "host_transfer")
+    assert finding["line"] == line and finding["count"] == 30
+    assert "jax.device_put it once before the loop" in finding["message"]
+    assert report["functions"][0]["hits"] >= 28
 
 
 def test_eager_ops_after_a_gradient_through_relu(tmp_path):

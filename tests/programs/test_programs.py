@@ -68,6 +68,7 @@ def test_the_suite_has_its_programs():
         "nnx_minigpt",
         "nnx_minigpt_cached_partial",
         "equinox_sampling",
+        "rl_numpy_dqn",
     }
     for program in PROGRAMS:
         with open(os.path.join(PROGRAMS_DIR, program + ".py")) as f:
@@ -153,7 +154,7 @@ def test_same_output_stock_and_under_fastdispatch(program):
 
 @pytest.mark.parametrize(
     "program, step_function",
-    params(("trainstate_numpy", "train_step"), ("rl_step_counter", "env_step")),
+    params(("trainstate_numpy", "train_step"), ("rl_step_counter", "env_step"), ("rl_numpy_dqn", "act")),
 )
 def test_trace_reports_the_step_function(program, step_function):
     result = run("-m", "fastdispatch", "--trace", path_of(program), "--steps", STEPS)
@@ -166,6 +167,20 @@ def test_trace_reports_the_step_function(program, step_function):
     assert row is not None, f"no row for {step_function} in the report:\n{result.stderr}"
     assert f"{path_of(program)}:" in row
     assert row.split()[2] == STEPS, row  # one call per step
+
+
+def test_trace_finds_the_host_data_at_the_programs_own_lines():
+    # The programs live inside the package, yet are the user's code: the
+    # findings name their lines (an RL loop's observation and replay batch,
+    # handed to jax.jit, which converts them faster).
+    result = run("-m", "fastdispatch", "--trace", path_of("rl_numpy_dqn"), "--steps", STEPS)
+    assert result.returncode == 0, result.stderr
+    with open(os.path.join(PROGRAMS_DIR, "rl_numpy_dqn.py")) as f:
+        source = f.read().splitlines()
+    act_line = 1 + next(i for i, text in enumerate(source) if "action = int(act(" in text)
+    transfers = re.findall(r"rl_numpy_dqn.py:(\d+)  host_transfer, (\d+)x", result.stderr)
+    assert (str(act_line), STEPS) in transfers, result.stderr
+    assert "by jax.jit, faster here than the fast path" in result.stderr
 
 
 @pytest.mark.parametrize("program", params(("trainstate_numpy",), ("nnx_train_state",)))

@@ -37,3 +37,14 @@ def test_user_site_skips_library_frames():
     site = through_a_library()
     assert site[0] == __file__
     assert sites.library_code(optax.adam.__code__) and not sites.library_code(through_a_library.__code__)
+
+
+def test_the_bench_programs_are_user_code_though_inside_the_package():
+    # They are written as a user writes a program: --trace's findings name their lines.
+    from fastdispatch.bench import whole_programs
+    from fastdispatch.tracing import findings
+
+    program = os.path.join(whole_programs.PROGRAMS_DIR, "rl_numpy_dqn.py")
+    code = compile("pass", program, "exec")
+    assert not sites.library_code(code)
+    assert sites.library_code(findings.summary.__code__)
