@@ -181,8 +181,8 @@ def _site_findings(trace, wall_ns) -> list:
     """host_transfer, host_sync and eager_ops: one finding per call site
     past its kind's thresholds."""
     candidates = [
-        ("host_transfer", MIN_HOST_TRANSFERS, site, calls, ns, _transfer_message(calls, total_bytes, handed_off))
-        for site, (calls, total_bytes, ns, handed_off) in trace._transfers.items()
+        ("host_transfer", MIN_HOST_TRANSFERS, site, calls, ns, _transfer_message(calls, size, handed_off))
+        for site, (calls, size, ns, handed_off) in trace._transfers.items()
     ]
     tally = trace.tally
     if tally is not None:

@@ -36,7 +36,9 @@ class CartPole:
             POLE_HALF_LENGTH * (4.0 / 3.0 - POLE_MASS * cos**2 / total_mass)
         )
         x_acc = temp - POLE_MASS * POLE_HALF_LENGTH * theta_acc * cos / total_mass
-        self.state = np.array([x + DT * x_dot, x_dot + DT * x_acc, theta + DT * theta_dot, theta_dot + DT * theta_acc])
+        self.state = np.array(
+            [x + DT * x_dot, x_dot + DT * x_acc, theta + DT * theta_dot, theta_dot + DT * theta_acc]
+        )
         self.steps += 1
         done = abs(self.state[0]) > 2.4 or abs(self.state[2]) > 0.21 or self.steps >= 500
         return self.state.astype(np.float32), 1.0, done
