@@ -448,24 +448,29 @@ def _graph(function, args, kwargs, before, seconds, holding, compiled=None, outp
         inputs.sort(key=lambda item: positions.index(item.position))
         slots = tuple(slot for _, each in root_slots for slot in each)
 
-    signature = _nnx.signature_of(treedef, leaves, _Paths.of(function, args, kwargs, treedef, statics))
-    if not _nnx.signature_of(treedef, leaves_before).runs_as(signature):
+    if holding is not None:
+        nargs, kwnames, static_values = holding.nargs, holding.kwnames, holding.statics
+    else:
+        nargs, kwnames = len(args), tuple(kwargs)
+        present = sorted((s for s in statics if s in kwargs or (type(s) is int and s < len(args))), key=repr)
+        static_values = tuple((s, args[s] if type(s) is int else kwargs[s]) for s in present)
+    # The static arguments key the executable as the leaves do: flax's jax.jit
+    # compiles one per value (a record on the same graph with another value
+    # must not find this one's entry).
+    static_args = tuple(x for position, value in static_values for x in (position, type(value), value))
+    paths = _Paths.of(function, args, kwargs, treedef, statics)
+    signature = _nnx.signature_of(treedef, leaves, static_args, paths)
+    if not _nnx.signature_of(treedef, leaves_before, static_args).runs_as(signature):
         raise MustHandOff(_reasons.CALL_CHANGED_SHAPES)
     out_leaves, out_treedef = _pytree.flatten(outputs[2])
     if len(slots) + len(out_leaves) != compiled.out_tree.num_leaves:
         raise MustHandOff(_reasons.OUTPUTS_NOT_GRAPH_LEAVES)
     donates = bool(resolved.donate_argnums or resolved.donate_argnames)
-    if holding is not None:
-        nargs, kwnames, statics = holding.nargs, holding.kwnames, holding.statics
-    else:
-        nargs, kwnames = len(args), tuple(kwargs)
-        present = [s for s in statics if s in kwargs or (type(s) is int and s < len(args))]
-        statics = tuple((s, args[s] if type(s) is int else kwargs[s]) for s in present)
     return Graph(
         nargs,
         kwnames,
         tuple(inputs),
-        statics,
+        static_values,
         tuple(guards),
         slots,
         out_treedef,

@@ -103,18 +103,20 @@ def metadata(variable):
     return _slot_read(_metadata, _get_metadata, variable)
 
 
-def signature_of(TreeDef treedef, list leaves, front=None):
-    """The CallSignature of a split call's dynamic leaves, under jax's context
-    now; ``front`` names its leaves for reports (see CallSignature.front)."""
-    signature = _signature_of(treedef, leaves, trace_context(), front)
+def signature_of(TreeDef treedef, list leaves, tuple static_args=(), front=None):
+    """The CallSignature of a split call's dynamic leaves and its static
+    arguments' (label, type, value) triples, under jax's context now;
+    ``front`` names its leaves for reports (see CallSignature.front)."""
+    signature = _signature_of(treedef, leaves, static_args, trace_context(), front)
     if signature is None:
         raise TypeError("a leaf the dispatcher does not key")
     return signature
 
 
-cdef CallSignature _signature_of(TreeDef treedef, list leaves, tuple context, object front):
+cdef CallSignature _signature_of(TreeDef treedef, list leaves, tuple static_args, tuple context,
+                                 object front):
     cdef LeafKind unkeyed = LEAF_ARRAY
-    return make_signature(treedef, leaves, (), context, (), &unkeyed, front)
+    return make_signature(treedef, leaves, static_args, context, (), &unkeyed, front)
 
 
 cdef inline object _slot_read(object descriptor, descrgetfunc get, object owner):
@@ -453,7 +455,8 @@ cdef class NnxJitFunction(Engine):
                     PySequence_Fast_ITEMS(inputs), PyList_GET_SIZE(inputs))):
                 # Equal avals, other objects (values another executable made):
                 # the same executable; its own objects guard the next call.
-                signature = _signature_of(record.signature.treedef, inputs, context,
+                signature = _signature_of(record.signature.treedef, inputs,
+                                          record.signature.static_args, context,
                                           record.signature.front)
                 if signature is None:
                     continue

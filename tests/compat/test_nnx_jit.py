@@ -287,6 +287,24 @@ def test_static_arguments(nnx_jit):
 
 
 @against_flax
+def test_static_values_alternating_on_one_graph_run_their_own_executables(nnx_jit):
+    # One graph, two static values: each value's calls run the executable
+    # compiled for it, never the other's (its record's entry is keyed by it).
+    def scenario(jit):
+        def apply(counter, x, scale):
+            return counter(x) * scale
+
+        counter = Counter()
+        jitted = jit(apply, static_argnums=2)
+        named = jit(apply, static_argnames="scale")
+        outs = [jitted(counter, jnp.ones(3), scale) for scale in (1, 2, 1, 2, 3, 1, 2)]
+        outs += [named(counter, jnp.ones(3), scale=scale) for scale in (1, 2, 1, 2)]
+        return [counter, *outs]
+
+    same_as_flax(nnx_jit, scenario)
+
+
+@against_flax
 def test_donated_module(nnx_jit):
     def scenario(jit):
         counter = Counter()
