@@ -142,7 +142,9 @@ class WarmStart:
         _traces.identity = None
         try:
             if identified:
-                _traces.identity = function_digest(fun)
+                # The methods of the call's tree nodes, as far as its code may call them.
+                _traces.identity = function_digest(fun, node_types)
+                node_types = ()
             return call_key(label, options, signature, parts, node_types, _traces.identity)
         except Exception as error:
             self._not_keyed(fun, error)

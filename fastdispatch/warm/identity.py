@@ -201,12 +201,19 @@ def _resolve(module_name: str, qualname: str):
 class _Digest:
     """Writes values into a sha256 as tokens; refuses what it cannot describe."""
 
-    def __init__(self):
+    def __init__(self, prune_methods=False):
         self.hash = hashlib.sha256()
         self.seen = {}  # id -> order of the functions, code and containers met (cycles)
         self.alive = []  # keeps them alive, so that ids stay unique
         self.where = "?"  # the function being read: file:line
         self.tokens = {}  # identity token (by equality) -> the order it was met in
+        # The classes of the tree nodes met, whose methods the trace may run:
+        # digested last (``methods``), each where the code read may call it
+        # by name when ``prune_methods``, else every one.
+        self.node_types = []
+        self.prune_methods = prune_methods
+        self.names = set()  # the names the code read looks up: attributes, globals, strings
+        self.any_name = False  # the code read looks attributes up by computed name (getattr)
 
     def token(self, *parts):
         # repr, so that no part can hold the separator: one stream, one meaning.
@@ -385,9 +392,45 @@ class _Digest:
         self.value(tree_structure(treedef), how)
         for leaf in leaves:
             self.value(leaf, how)
-        node_types = [kind for kind, _ in tree_nodes(treedef)]
-        self.value(class_functions(node_types), how)
+        self.add_node_types(kind for kind, _ in tree_nodes(treedef))
         return True
+
+    def add_node_types(self, kinds):
+        for kind in kinds:
+            if kind not in self.node_types:
+                self.node_types.append(kind)
+
+    def methods(self):
+        """The functions of the user classes among the node types met (a
+        Module's ``__call__``: the trace runs them, and their class's source
+        alone does not describe the globals they read).  Pruned, those the
+        code read cannot call: a method is called by its name (an attribute
+        the code looks up, or a string it holds: ``apply(method="encode")``),
+        by Python's protocols (dunders) or by a library's hook (linen's
+        ``setup``); a method only the host calls (a sampler's text decoding
+        through a global tokenizer) is not the trace's.  Each method read
+        adds its own names, until none is left to add."""
+        done = set()
+        while True:
+            pending = [
+                (name, function)
+                for name, function in class_functions(self.node_types)
+                if function not in done and (not self.prune_methods or self.may_call(name))
+            ]
+            if not pending:
+                return
+            for name, function in pending:
+                done.add(function)
+                self.token("method", name)
+                self.value(function, "calls a method that")
+
+    def may_call(self, name) -> bool:
+        return (
+            self.any_name
+            or name in self.names
+            or (name.startswith("__") and name.endswith("__"))
+            or name in _LIBRARY_HOOKS
+        )
 
     def identity_token(self, value):
         """An identity token (``_IDENTITY_TOKENS``): its class, and its order
@@ -499,7 +542,11 @@ class _Digest:
         )
         self.token(code.co_names, code.co_varnames, code.co_freevars, code.co_cellvars)
         self.raw(code.co_code)
+        self.names.update(code.co_names)
+        self.any_name = self.any_name or "getattr" in code.co_names
         for constant in code.co_consts:
+            if type(constant) is str:
+                self.names.add(constant)
             self.value(constant, "has as constant")
 
     def globals_of(self, fun, code):
@@ -621,14 +668,19 @@ def _digest_of(value, how, where) -> str:
     digest = _Digest()
     digest.where = where
     digest.value(value, how)
+    digest.methods()
     return digest.hash.hexdigest()
 
 
-def function_digest(fun) -> str:
-    """The digest of ``fun``'s identity; raises NotStored with what it reaches
-    that cannot be described stably, and where."""
-    digest = _Digest()
+def function_digest(fun, node_types=()) -> str:
+    """The digest of ``fun``'s identity, and of the methods of its call's
+    tree nodes (``node_types``) and of those it reaches that its code may
+    call; raises NotStored with what it reaches that cannot be described
+    stably, and where."""
+    digest = _Digest(prune_methods=True)
     digest.value(fun, "is")
+    digest.add_node_types(node_types)
+    digest.methods()
     return digest.hash.hexdigest()
 
 
@@ -692,10 +744,16 @@ def sharding_description(sharding, ndim) -> tuple:
     raise NotStored(f"takes an argument with a sharding of type {type(sharding).__qualname__}")
 
 
+# Methods a library calls on a user's class by name (not through the user's
+# code): linen's setup, jax's flattening of a registered pytree class.
+_LIBRARY_HOOKS = frozenset({"setup", "tree_flatten", "tree_unflatten", "tree_flatten_with_keys"})
+
+
 def class_functions(node_types) -> tuple:
-    """The functions defined in the bodies of the user classes among
-    ``node_types`` (a Module's ``__call__``): the trace runs them, and the
-    class's source file alone does not describe the globals they read."""
+    """``(name, function)`` of the functions defined in the bodies of the
+    user classes among ``node_types`` (a Module's ``__call__``), a property
+    by its getter: the trace runs them, and the class's source file alone
+    does not describe the globals they read."""
     functions = []
     seen = set()
     for node_type in node_types:
@@ -711,5 +769,5 @@ def class_functions(node_types) -> tuple:
                 elif isinstance(value, property):
                     value = value.fget
                 if type(value) is types.FunctionType and value.__qualname__.startswith(prefix):
-                    functions.append(value)
+                    functions.append((name, value))
     return tuple(functions)

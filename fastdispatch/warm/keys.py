@@ -45,7 +45,7 @@ from fastdispatch.warm.identity import (
 
 # Bump when what a key covers, or how, or what a file holds, changes: old
 # files are then never read.
-KEY_FORMAT = 3
+KEY_FORMAT = 4
 
 
 def environment() -> tuple:
@@ -155,7 +155,8 @@ def call_key(label: str, options: dict, signature, parts=(), node_types=(), func
     by (its argument tree, its static arguments), each by content, a jax tree
     structure by its nodes, the phrase naming a value that cannot be
     described; ``node_types``: the classes of the trees' nodes, whose methods
-    the trace runs."""
+    the trace runs (every one: where ``function`` is an identity digest, it
+    covers those its code may call, and ``node_types`` is empty)."""
     constants = options.get("constants", {})
     for name, value in constants.items():
         identity.register_constant(name, value)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import operator
 import os
 import sys
 import threading
@@ -92,6 +93,81 @@ def test_what_cannot_be_described_is_named_with_its_place():
         function_digest(fun)
     with pytest.raises(NotStored, match=r"closes over an object of type _thread.lock"):
         function_digest(closing_over(threading.Lock()))
+
+
+class Tokenizer:
+    """A plain object: nothing a digest can describe."""
+
+    def decode(self, tokens):
+        return " ".join(map(str, tokens))
+
+
+TOKENIZER = Tokenizer()
+
+
+@jax.tree_util.register_pytree_node_class
+class Sampler:
+    """A model-like tree node whose host-side method reads a global tokenizer."""
+
+    def __init__(self, w):
+        self.w = w
+
+    def __call__(self, x):
+        return self.scaled(x)
+
+    def scaled(self, x):
+        return x * self.w
+
+    def text(self, tokens):
+        return TOKENIZER.decode(tokens)
+
+    def tree_flatten(self):
+        return (self.w,), None
+
+    @classmethod
+    def tree_unflatten(cls, aux, children):
+        return cls(*children)
+
+
+def sample_step(model, x):
+    return model(x)
+
+
+def decoding_step(model, x):
+    model.text([1, 2])
+    return model(x)
+
+
+def named_step(model, x):
+    return operator.methodcaller("scaled", x)(model)  # by a library, by the name it holds
+
+
+def computed_step(model, x, name="sca" + "led"):
+    return getattr(model, name)(x)
+
+
+@jax.tree_util.register_pytree_node_class
+class ScaledSampler(Sampler):
+    def scaled(self, x):
+        return x * self.w * SCALE
+
+
+def test_a_method_the_trace_cannot_call_does_not_block_the_key(monkeypatch):
+    # Only the methods the code may call by name (and dunders) are the
+    # trace's: the tokenizer read by the host-side text() is not.
+    digest = function_digest(sample_step, [Sampler])
+    assert digest == function_digest(sample_step, [Sampler])
+    with pytest.raises(NotStored, match="reads the global TOKENIZER, an object of type .*Tokenizer"):
+        function_digest(decoding_step, [Sampler])
+    assert function_digest(named_step, [Sampler]) != digest
+    with pytest.raises(NotStored, match="TOKENIZER"):
+        function_digest(computed_step, [Sampler])  # getattr: any method, by any name
+    # A model the function closes over: its methods pruned alike.
+    assert function_digest(functools.partial(sample_step, Sampler(jnp.ones(2))))
+    # A global a method the trace calls reads still keys the call.
+    scaled = function_digest(sample_step, [ScaledSampler])
+    monkeypatch.setattr(sys.modules[__name__], "SCALE", 3.0)
+    assert function_digest(sample_step, [ScaledSampler]) != scaled
 
 
 def test_user_module_attributes_count(tmp_path, monkeypatch):

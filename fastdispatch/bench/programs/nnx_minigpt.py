@@ -4,7 +4,8 @@ Variables sharded through kernel_metadata, Dropout with its rng streams, a
 donated @nnx.jit train step over the model, an nnx.Optimizer and an
 nnx.MultiMetric, and, every few steps, text sampled token by token through an
 @nnx.jit method (a fresh prompt each token, one longer each time, and a
-Python int index; int() of each result)."""
+Python int index; int() of each result), decoded to text by a global
+tokenizer, a plain object, as the tutorial's tiktoken one."""
 
 import jax
 
@@ -19,6 +20,21 @@ from flax import nnx  # noqa: E402
 from jax.sharding import PartitionSpec as P  # noqa: E402
 
 MAXLEN, VOCAB, EMBED, HEADS, FF, BLOCKS = 16, 32, 32, 2, 64, 2
+
+
+class Tokenizer:
+    """Characters to token ids and back (the tutorial's is tiktoken's GPT-2)."""
+
+    alphabet = "abcdefghijklmnopqrstuvwxyz .,!?'"
+
+    def encode(self, text):
+        return [self.alphabet.index(c) for c in text]
+
+    def decode(self, tokens):
+        return "".join(self.alphabet[t] for t in tokens)
+
+
+tokenizer = Tokenizer()
 
 
 def causal_attention_mask(seq_len):
@@ -91,7 +107,7 @@ class MiniGPT(nnx.Module):
             sample_index = len(tokens) - 1
             next_token = int(self.generate_step(jnp.array(tokens)[None, :], sample_index))
             generated.append(next_token)
-        return generated
+        return tokenizer.decode(start_tokens + generated)
 
 
 def loss_fn(model, batch):
