@@ -832,6 +832,17 @@ COMPILE_PHASE_EVENTS = {
     _need("jax._src.dispatch", "BACKEND_COMPILE_EVENT"): "XLA",
 }
 
+# jax.monitoring's events of its persistent compilation cache, by what they
+# count: a compile that asked the cache, one it served, one written to it
+# (jax calls the write a miss; a compile under the cache's thresholds asks
+# and is neither served nor written).
+JAX_CACHE_EVENTS = {
+    "/jax/compilation_cache/compile_requests_use_cache": "asked",
+    "/jax/compilation_cache/cache_hits": "served",
+    "/jax/compilation_cache/cache_misses": "written",
+}
+JAX_CACHE_SERVED_EVENT = next(event for event, kind in JAX_CACHE_EVENTS.items() if kind == "served")
+
 # The shortest compile jax writes to its persistent cache: a thread's own value
 # of it (a `with` block) holds for that thread's compiles only.
 _JAX_CACHE_MIN_COMPILE_TIME = _need("jax._src.config", "persistent_cache_min_compile_time_secs")

@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import dataclasses
 
+import jax
+
 from fastdispatch.tracing.names import label, trace_title
 from fastdispatch.tracing.sites import short
 
@@ -91,12 +93,19 @@ def wall_split(functions, wall_ns, tally) -> dict:
         "compiled_calls": in_calls,
         "compiling": compiling,
         "compile_phases": dict(tally.compile_seconds) if tally is not None else {},
+        # jax's persistent cache: whether it is on; compiles that asked it, served by it, written to it
+        "jax_cache": dict(tally.jax_cache, on=_jax_cache_on()) if tally is not None else None,
         "eager_ops": eager,
         "host_syncs": syncs,
         "rest": max(rest, 0.0),
         # Overlapping the above: the device's time past the launches, from the sampled calls.
         "device_work": min(_device_work(functions), wall_ns / 1e9),
     }
+
+
+def _jax_cache_on() -> bool:
+    # jax asks its cache (and says so) even with no directory set: it is on with one.
+    return bool(jax.config.jax_compilation_cache_dir) and bool(jax.config.jax_enable_compilation_cache)
 
 
 def _device_work(functions):

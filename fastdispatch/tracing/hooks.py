@@ -77,6 +77,8 @@ class Tally:
         self.eager = {}  # site -> [count, ns]
         self.built = {}  # site of eager ops in constructors -> the class it builds
         self.compile_seconds = dict.fromkeys(_jax.COMPILE_PHASE_EVENTS.values(), 0.0)
+        # jax's persistent cache: compiles that asked it, that it served, written to it
+        self.jax_cache = dict.fromkeys(_jax.JAX_CACHE_EVENTS.values(), 0)
 
     def add(self, table, key, ns):
         entry = table.get(key)
@@ -273,6 +275,13 @@ def _compile_phase(event, seconds, **kwargs):
         tally.compile_seconds[phase] += seconds
 
 
+def _jax_cache_event(event, **kwargs):
+    kind = _jax.JAX_CACHE_EVENTS.get(event)
+    if kind is not None:
+        for tally in _tallies:
+            tally.jax_cache[kind] += 1
+
+
 def install(tally):
     """Start counting into ``tally`` (hooks go in with the first tally)."""
     _tallies.append(tally)
@@ -287,6 +296,7 @@ def install(tally):
     _jax.keep_thread_post_hook(_thread_hook)
     _jax.observe_jit_python_path(_python_path)
     jax.monitoring.register_event_duration_secs_listener(_compile_phase)
+    jax.monitoring.register_event_listener(_jax_cache_event)
 
 
 def uninstall(tally):
@@ -306,3 +316,4 @@ def uninstall(tally):
     _jax.observe_jit_python_path(None)
     _fast_path_ns.clear()
     jax.monitoring.unregister_event_duration_listener(_compile_phase)
+    jax.monitoring.unregister_event_listener(_jax_cache_event)

@@ -134,6 +134,10 @@ def _tail(s):
     return f"max {s.overhead_max_ns / 1e3:.1f}"
 
 
+# The share of the wall time compiling from which the report says how a rerun could skip it.
+COMPILE_BOUND_SHARE = 0.1
+
+
 def format_split(split, wall_seconds):
     """Where the wall time went: compiled calls, compiling, eager ops, host syncs, the rest."""
     phases = ", ".join(
@@ -152,6 +156,21 @@ def format_split(split, wall_seconds):
         if seconds is not None
     ]
     lines = ["wall time:"] + ["  " + row for row in _table(rows, right_aligned=(1, 2))]
+    cache = split.get("jax_cache")
+    if cache and cache["on"] and cache["asked"]:
+        # What a rerun with the same cache would still compile: every compile here not served.
+        compiled = cache["asked"] - cache["served"]
+        under = compiled - cache["written"]
+        lines.append(
+            f"  jax's persistent cache: {cache['served']} of {cache['asked']} compiles served, "
+            f"{cache['written']} written"
+            + (f", {under} under its thresholds (compiled again by a rerun)" if under > 0 else "")
+        )
+    elif cache and not cache["on"] and split["compiling"] >= COMPILE_BOUND_SHARE * (wall_seconds or 1.0):
+        lines.append(
+            "  jax's persistent cache is off: a rerun compiles all of it again "
+            "(--warm-start DIR, or jax's jax_compilation_cache_dir)"
+        )
     device = split.get("device_work")
     if device and wall_seconds:
         share = 100 * device / wall_seconds

@@ -46,7 +46,7 @@ _traces = threading.local()
 # jax.monitoring's event for one XLA compile (or a load from jax's persistent
 # cache), and jax's event for a hit in that cache.
 _XLA_EVENT = next(name for name, phase in _jax.COMPILE_PHASE_EVENTS.items() if phase == "XLA")
-_JAX_CACHE_HIT_EVENT = "/jax/compilation_cache/cache_hits"
+_JAX_CACHE_HIT_EVENT = _jax.JAX_CACHE_SERVED_EVENT
 
 
 class _Compiles:

@@ -498,3 +498,34 @@ def test_the_wall_time_goes_to_the_programs_lines(tmp_path):
     assert "by your line (the main thread sampled" in stderr
     default, default_stderr, _ = run_traced(tmp_path, (tmp_path / "prog.py").read_text())
     assert default["lines"] == [] and "by your line" not in default_stderr
+
+
+JAX_CACHE_PROGRAM = """\
+import jax
+import jax.numpy as jnp
+
+step = jax.jit(lambda x: jnp.sin(x) * 2)
+x = jnp.ones(8)  # PLANTED
+for _ in range(3):
+    x = step(x)
+print(float(x.sum()))
+"""
+
+
+def test_the_report_counts_jax_s_persistent_cache_and_a_rerun_is_served(tmp_path):
+    env = {"JAX_COMPILATION_CACHE_DIR": str(tmp_path / "jax-cache")}
+    every = dict(env, JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0")
+    first, stderr, _ = run_traced(tmp_path, JAX_CACHE_PROGRAM, env=every)
+    cache = first["split"]["jax_cache"]
+    assert cache["on"] and cache["asked"] >= 2 and cache["served"] == 0 and cache["written"] == cache["asked"]
+    again, stderr, _ = run_traced(tmp_path, JAX_CACHE_PROGRAM, env=every)
+    cache = again["split"]["jax_cache"]
+    assert cache["served"] == cache["asked"] == first["split"]["jax_cache"]["asked"], cache
+    assert f"jax's persistent cache: {cache['asked']} of {cache['asked']} compiles served" in stderr
+    # jax's default thresholds write no compile under a second: a rerun compiles them again.
+    _, stderr, _ = run_traced(
+        tmp_path, JAX_CACHE_PROGRAM, env={"JAX_COMPILATION_CACHE_DIR": str(tmp_path / "other")}
+    )
+    assert "under its thresholds (compiled again by a rerun)" in stderr
+    off, _, _ = run_traced(tmp_path, JAX_CACHE_PROGRAM)
+    assert off["split"]["jax_cache"]["on"] is False

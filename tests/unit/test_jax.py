@@ -525,6 +525,25 @@ def test_compile_phase_events_are_reported_by_jax_monitoring():
     assert set(durations) == {"tracing", "lowering", "XLA"}
 
 
+def test_jax_cache_events_are_jax_s_own():
+    # Asked on every compile, even with no cache directory; served and written
+    # are counted in a process with a cache (tests/e2e/test_findings.py).
+    seen = []
+
+    def listener(event, **kwargs):
+        seen.append(event)
+
+    jax.monitoring.register_event_listener(listener)
+    try:
+        jax.jit(lambda v: v * 7 - 2)(jnp.ones(6))
+    finally:
+        jax.monitoring.unregister_event_listener(listener)
+    asked = next(event for event, kind in _jax.JAX_CACHE_EVENTS.items() if kind == "asked")
+    assert asked in seen
+    assert set(_jax.JAX_CACHE_EVENTS.values()) == {"asked", "served", "written"}
+    assert _jax.JAX_CACHE_EVENTS[_jax.JAX_CACHE_SERVED_EVENT] == "served"
+
+
 def test_trace_event_marks_each_top_level_trace():
     # Warm start writes a compile only when jax traced it in this process.
     events = []
