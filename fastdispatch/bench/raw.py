@@ -49,7 +49,7 @@ def raw_runner(
         if leaf is not None and jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key):
             leaf = jax.random.key_data(leaf)
         buffers.append(leaf)
-    execute, handlers, put = parts.execute, parts.out_handlers, _jax.put_host
+    execute, handlers, put, cast = parts.execute, parts.out_handlers, _jax.put_host, _jax.canonicalize_host
     ordered = len(parts.ordered_effects)
     if parts.with_tokens:
         buffers = [_jax.fresh_token_buffer(parts.devices[0]) for _ in range(ordered)] + buffers
@@ -60,6 +60,8 @@ def raw_runner(
             return buffers
         sent = list(buffers)
         for position, leaf, aval, sharding, devices in transfers:
+            if isinstance(leaf, (np.ndarray, np.generic)) and leaf.dtype != aval.dtype:
+                leaf = cast(leaf)  # float64 to float32 with x64 off: jax.jit casts too
             sent[position] = put(leaf, aval, sharding, devices, False)
         return sent
 
