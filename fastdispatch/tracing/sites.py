@@ -55,13 +55,18 @@ _programs = None
 _is_library = {}  # code object -> bool
 
 
+def _read_roots():
+    """The libraries' and the bench programs' folders, read once."""
+    global _roots, _programs
+    if _roots is None:
+        _roots, _programs = _library_roots(), _program_roots()
+
+
 def library_code(code) -> bool:
     """Whether frames of ``code`` belong to a library (or to Python itself)."""
     found = _is_library.get(code)
     if found is None:
-        global _roots, _programs
-        if _roots is None:
-            _roots, _programs = _library_roots(), _program_roots()
+        _read_roots()
         filename = code.co_filename
         found = filename.startswith("<frozen") or (
             filename.startswith(_roots) and not filename.startswith(_programs)
@@ -113,13 +118,12 @@ _INSTALL_DIRS = ("site-packages", "dist-packages")
 
 def _installed_roots():
     """Where installed packages and the standard library live, longest first."""
-    global _installed, _roots, _programs
+    global _installed
     if _installed is None:
         paths = sysconfig.get_paths()
         roots = [paths[key] for key in ("purelib", "platlib", "stdlib", "platstdlib") if key in paths]
         roots += [entry for entry in sys.path if os.path.basename(entry) in _INSTALL_DIRS]
-        if _roots is None:
-            _roots, _programs = _library_roots(), _program_roots()
+        _read_roots()
         # The folders holding the libraries (pip install --target DIR, on PYTHONPATH).
         own = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "")
         roots += [

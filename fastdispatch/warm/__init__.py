@@ -44,9 +44,8 @@ _traces = threading.local()
 
 
 # jax.monitoring's event for one XLA compile (or a load from jax's persistent
-# cache), and jax's event for a hit in that cache.
+# cache); a hit in that cache is _jax.JAX_CACHE_SERVED_EVENT.
 _XLA_EVENT = next(name for name, phase in _jax.COMPILE_PHASE_EVENTS.items() if phase == "XLA")
-_JAX_CACHE_HIT_EVENT = _jax.JAX_CACHE_SERVED_EVENT
 
 
 class _Compiles:
@@ -78,7 +77,7 @@ def _count_trace(event, duration, **kwargs):
 
 
 def _count_event(event, **kwargs):
-    if event == _JAX_CACHE_HIT_EVENT:
+    if event == _jax.JAX_CACHE_SERVED_EVENT:
         _traces.jax_cache_hits = getattr(_traces, "jax_cache_hits", 0) + 1
         if refill.active():
             return
