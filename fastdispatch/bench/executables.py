@@ -2,7 +2,7 @@
 arguments it takes, for the raw limit of the equinox and NNX groups.
 
 The benchmark's one door to those libraries' private names (the package's own
-are in fastdispatch/equinox/__init__.py and fastdispatch/nnx/__init__.py, for the fast path):
+are in fastdispatch/equinox/__init__.py and fastdispatch/nnx/_flax.py, for the fast path):
 
   equinox._jit._preprocess                a call split as equinox's jit takes it
   equinox._jit._JitWrapper._signature, ._dynamic_fun, ._static_fun, .donate_first,

@@ -17,7 +17,7 @@ merge only move values, so this does only that:
   scatter    the outputs straight into the same Variable slots; the
              function's own output rebuilt from its recorded structure
 
-A Record is made by ``fastdispatch.nnx`` after a call flax ran itself (the
+A Record is made (fastdispatch/nnx/miss.py) after a call flax ran itself (the
 first call, or one whose graph changed), when that call's executable keeps the
 graph's structure and returns no graph node; everything else is flax's call.
 """
@@ -156,7 +156,7 @@ cdef inline bint _same_entries(dict d, tuple keys, tuple values) except -1:
 
 cdef class Guard:
     """One check of a Record's guard program: an object flax's split would
-    visit still holds what it held when recorded (see fastdispatch.nnx)."""
+    visit still holds what it held when recorded (see nnx/guards.py)."""
 
     def holds_now(self):
         """Whether the object still holds what it held when recorded."""

@@ -10,12 +10,15 @@ from frontends import FLAX_REASON
 
 pytest.importorskip("flax", reason=FLAX_REASON)
 from flax import nnx
-from flax.nnx import extract, graphlib, pytreelib, variablelib
+from flax.nnx import extract
 from flax.nnx.transforms import compilation
 
 import fastdispatch
 from fastdispatch import nnx as fnnx
+from fastdispatch.nnx import _flax
 from fastdispatch.nnx import function as _nnx
+from fastdispatch.nnx import graph as nnx_graph
+from fastdispatch.nnx.guards import guards as guard_program
 
 
 def outcomes(sink):
@@ -44,29 +47,45 @@ X = jnp.linspace(0, 1, 12).reshape(4, 3)
 
 
 def test_flax_names_used():
+    """Each of fastdispatch.nnx._flax's names is the flax object it stands for."""
+    assert _flax.flax_jit is compilation.jit and _flax.JitWrapped is compilation.JitWrapped
+    assert _flax.NodeStates is extract.NodeStates and _flax.State is nnx.State
     block = Block(nnx.Rngs(0))
     wrapped = compilation.jit(forward)
-    assert type(wrapped) is compilation.JitWrapped and fnnx._flax_jit is compilation.jit
-    with graphlib.update_context(wrapped):
-        pure_args, pure_kwargs = wrapped._get_pure_args_kwargs((block, X), {})
-    assert isinstance(pure_args[0], extract.NodeStates) and pure_kwargs == {}
+    assert type(wrapped) is _flax.JitWrapped
+    with _flax.update_context(wrapped):
+        pure_args, pure_kwargs = _flax.split(wrapped, (block, X), {})
+        outputs = wrapped.jitted_fn(*pure_args, **pure_kwargs)
+        out = _flax.merge(wrapped, outputs)
+    np.testing.assert_allclose(out, nnx.jit(forward)(Block(nnx.Rngs(0)), X), rtol=1e-6)
+    assert isinstance(pure_args[0], _flax.NodeStates) and pure_kwargs == {}
     graphdef = pure_args[0].graphdef
-    assert graphdef.with_same_outer_index() == graphdef.with_same_outer_index()
-    assert graphlib.GRAPH_CONTEXT.tmp_static_cache is None
-    _, flat = graphlib.flatten(block, with_paths=True, ref_index=graphlib.RefMap(), graph=True)
-    assert len(flat.leaves) == len(pure_args[0].states[0])
-    assert graphlib.is_graph_node(block) and not graphlib.is_graph_node(X)
-    assert isinstance(graphlib.get_node_impl(block), graphlib.GraphNodeImpl)
+    assert _flax.same_outer_index(graphdef) == graphdef.with_same_outer_index()
+    kept = _flax.kept(pure_args[0])
+    assert kept.graphdef == _flax.same_outer_index(graphdef) and kept.states is pure_args[0].states
+    assert _flax.GRAPH_CONTEXT.tmp_static_cache is None
+    _, flat = _flax.graph_flatten(block, _flax.RefMap())
+    assert len(flat.leaves) == len(pure_args[0].states[0]) and len(flat.paths) == len(flat.leaves)
+    assert _flax.is_graph_node(block) and not _flax.is_graph_node(X)
+    assert isinstance(_flax.get_node_impl(block), _flax.GraphNodeImpl)
+    assert _flax.node_dict(block)["linear"] is block.linear
     kernel = block.linear.kernel
+    assert isinstance(kernel, _flax.Variable)
     assert _nnx.raw_value(kernel) is kernel.get_raw_value()
-    assert _nnx.metadata(kernel) is kernel._var_metadata and not variablelib.is_array_ref(kernel)
-    kernel._check_can_update()
-    assert isinstance(block._pytree__state, pytreelib.PytreeState)
-    assert all(hasattr(block._pytree__state, flag) for flag in fnnx._FLAGS)
-    assert block._pytree__is_pytree and block._pytree__nodes["linear"] is True
+    assert _flax.RAW_VALUE.__get__(kernel) is kernel.get_raw_value()
+    assert _nnx.metadata(kernel) is _flax.METADATA.__get__(kernel) and not _flax.is_array_ref(kernel)
+    _flax.check_can_update(kernel)
+    assert isinstance(block._pytree__state, _flax.PytreeState)
+    assert all(hasattr(block._pytree__state, flag) for flag in _flax.FLAGS)
+    assert _flax.pytree_nodes(block)["linear"] is True and _flax.pytree_nodes(block) is block._pytree__nodes
     state = nnx.State({"a": 1})
-    assert state._mapping is state.raw_mapping
+    assert _flax.state_mapping(state) is state.raw_mapping
     assert callable(wrapped.jitted_fn.lower)
+    graphdef, _ = nnx.split(block)
+    assert isinstance(graphdef, _flax.GraphDef) and isinstance(graphdef.nodes[0], _flax.NodeDef)
+    assert any(isinstance(attribute, _flax.NodeAttr) for _, attribute in graphdef.attributes)
+    assert any(isinstance(attribute, _flax.Static) for _, attribute in graphdef.attributes)
+    assert any(str(key).startswith(_flax.BOOKKEEPING) for key, _ in graphdef.attributes)
 
 
 # -- records and guards ---------------------------------------------------------------
@@ -201,7 +220,7 @@ def test_cached_partial_runs_on_the_fast_path(sink):
     for _ in range(3):
         np.testing.assert_array_equal(cached(X), flax_step(X))
     # flax's static cache is consumed on every call, as flax's own jit consumes it.
-    assert nnx.graphlib.GRAPH_CONTEXT.tmp_static_cache is None
+    assert _flax.GRAPH_CONTEXT.tmp_static_cache is None
     assert outcomes(sink) == ["compile", "hit", "hit"]
     # The updates reached the caller's model through the shared Variables.
     np.testing.assert_array_equal(linear.kernel[...], reference.kernel[...])
@@ -269,7 +288,7 @@ def test_trace_report_names_the_user_function():
 def test_guard_kinds_are_the_ones_flax_split_visits():
     model = Block(nnx.Rngs(0))
     optimizer = nnx.Optimizer(model, optax.adam(1e-3), wrt=nnx.Param)
-    guards = fnnx._guards([model, optimizer])
+    guards = guard_program([model, optimizer])
     kinds = {type(guard).__name__ for guard in guards}
     assert kinds == {"NodeGuard", "DictGuard", "VariableGuard", "FlagsGuard"}
     assert all(guard.holds_now() for guard in guards)
@@ -290,13 +309,13 @@ class History(nnx.Module):
 
 def test_a_graph_no_record_serves_goes_to_flax_without_retrying_each_call(sink, monkeypatch):
     attempts = []
-    graph = fnnx._graph
+    build = nnx_graph.build
 
     def counted(*args, **kwargs):
         attempts.append(1)
-        return graph(*args, **kwargs)
+        return build(*args, **kwargs)
 
-    monkeypatch.setattr(fnnx, "_graph", counted)
+    monkeypatch.setattr(nnx_graph, "build", counted)
     model, reference = History(nnx.Rngs(0)), History(nnx.Rngs(0))
     jitted, flax_jitted = fnnx.jit(forward), nnx.jit(forward)
     for _ in range(130):
