@@ -50,7 +50,6 @@ OUTPUTS_FLATTEN_UNLIKE_EQUINOX = sys.intern("outputs flatten differently from eq
 
 # nnx.jit: flax's call runs these (the graph is not one a Record can serve).
 NOT_GRAPH_UPDATES = sys.intern("not graph mode with graph updates")
-NEW_GRAPH = sys.intern("new graph")
 RETURNS_GRAPH_NODES = sys.intern("the function returns graph nodes")
 ARGUMENT_STRUCTURE_CHANGED = sys.intern("an argument's structure changed")
 CALL_CHANGED_GRAPH = sys.intern("the call changed the graph")

@@ -94,7 +94,7 @@ cdef object warm_store()
 # (its leaves and static part, or an entry its own guard proved), then the
 # engine's ``find`` (the entry, or the output of a miss's library call), then
 # ``execute`` (the output).  Owned references, or NULL; ``Engine.call``
-# releases them.
+# releases them.  Every hook of a front end is given the call and its Found.
 cdef struct Found:
     PyObject* treedef      # parse: the structure of the traced arguments
     PyObject* leaves       # parse: the executable's inputs (a list or a tuple)
@@ -102,6 +102,10 @@ cdef struct Found:
     PyObject* context      # parse: jax's trace context
     PyObject* arg_names    # parse: the leaves' argument names, for reports
     PyObject* front        # parse: how reports name the leaves (or NULL)
+    # parse: what the front end keeps open across the steps (nnx.jit: flax's
+    # split, in flax's update context); ``Engine.call`` closes it (its
+    # ``close()``) when they end
+    PyObject* scope
     PyObject* entry        # the CacheEntry that runs the call
     PyObject* finish       # its Outputs where they are not entry.finish (nnx's Record)
     PyObject* signature    # the signature a hand-off is reported with, where not entry's
@@ -159,18 +163,17 @@ cdef class Engine:
     cdef str compile(self, Call* call, Found* found, CacheEntry entry, CallTimes* times)
     cdef str warm(self, Call* call, Found* found, CacheEntry entry, CallTimes* times, object store)
     cdef str execute(self, Call* call, Found* found, CallTimes* times)
-    cdef int complete(self, Call* call, CacheEntry entry, list leaves, object out,
-                      double seconds) except -1
     cdef void remember_hand_off(self, object like, str reason, CallSignature signature)
     cdef str handed_off_again(self, Found* found)
 
     # The front end's hooks.
     cdef str parse(self, Call* call, Found* found, CallTimes* times)
-    cdef object library_call(self, Call* call)
-    cdef tuple build(self, Call* call, CacheEntry entry, list leaves, object out)
-    cdef object warm_key(self, Call* call, CallSignature signature, object store)
-    cdef tuple build_loaded(self, Call* call, CacheEntry entry, list leaves, object loaded)
-    cdef void remember(self, Call* call, CacheEntry entry, CallSignature signature)
+    cdef object library_call(self, Call* call, Found* found)
+    cdef tuple build(self, Call* call, Found* found, CacheEntry entry, object out)
+    cdef object warm_key(self, Call* call, Found* found, CallSignature signature, object store)
+    cdef tuple build_loaded(self, Call* call, Found* found, CacheEntry entry, object loaded)
+    cdef int remember(self, Call* call, Found* found, CacheEntry entry,
+                      CallSignature signature) except -1
     cdef void guard_passed(self, Call* call, PreviousCall previous, list leaves)
     cdef void handed_off(self, Call* call, CacheEntry entry, str reason)
     cdef object returned(self, Call* call, object out)

@@ -27,10 +27,11 @@ the call's ``Found`` (core/engine.pxd).  A front end is one Engine subclass
 that supplies ``parse``, ``library_call`` and ``build`` and, where it guards
 more than the signature, ``remember``, ``guard_passed`` and ``handed_off``;
 ``returned`` for a post hook; ``warm_key`` and ``build_loaded`` where its
-executables can be stored (jit's, filter_jit's).  nnx.jit's miss is flax's
-call, whose split makes the leaves: its ``parse`` runs it, keys the store
-from that split (in fastdispatch.nnx), then finds or inserts the entry and
-completes it through ``complete`` and its ``build``, as ``compile`` does.
+executables can be stored.  Every hook is given the call and its Found.  A
+front end whose parse opens something the later steps need (nnx.jit: flax's
+split, inside flax's update context, which flax's call and merge on a miss
+need) leaves it in ``found.scope``; the engine closes it when the steps end,
+before a hand-off.
 """
 from cpython.object cimport PyObject
 from cpython.ref cimport Py_INCREF, Py_XDECREF
@@ -252,10 +253,22 @@ cdef inline void _release(Found* found) noexcept:
     Py_XDECREF(found.context)
     Py_XDECREF(found.arg_names)
     Py_XDECREF(found.front)
+    Py_XDECREF(found.scope)
     Py_XDECREF(found.entry)
     Py_XDECREF(found.finish)
     Py_XDECREF(found.signature)
     Py_XDECREF(found.out)
+
+
+cdef int _close_scope(Found* found) except -1:
+    """Close what the front end's parse left open for the steps (found.scope)."""
+    cdef PyObject* scope = found.scope
+    found.scope = NULL
+    try:
+        (<object>scope).close()
+    finally:
+        Py_XDECREF(scope)
+    return 0
 
 
 cdef CallSignature _reported_signature(Found* found):
@@ -285,20 +298,24 @@ cdef class Engine:
         elif times.watch:
             times.start = now_ns()
         try:
-            reason = self.parse(call, &found, &times)
-            if reason is None and found.entry == NULL and found.out == NULL:
-                reason = self.find(call, &found, &times)
-            if reason is None and found.out == NULL:
-                reason = self.execute(call, &found, &times)
+            try:
+                reason = self.parse(call, &found, &times)
+                if reason is None and found.entry == NULL and found.out == NULL:
+                    reason = self.find(call, &found, &times)
+                if reason is None and found.out == NULL:
+                    reason = self.execute(call, &found, &times)
+            finally:
+                if found.scope != NULL:
+                    _close_scope(&found)
             if reason is None:
                 out = <object>found.out
             elif not times.watch:
-                out = self.library_call(call)
+                out = self.library_call(call, &found)
             else:
                 # The library's own spans nest inside this one.
                 reached(&times, AT_FOUND, self.library, reason)
                 try:
-                    out = self.library_call(call)
+                    out = self.library_call(call, &found)
                 finally:
                     # Recorded also when the library raises: the report counts the hand-off.
                     ended(call, &times, False, 0, reason, _reported_signature(&found))
@@ -357,7 +374,7 @@ cdef class Engine:
                 return self.warm(call, found, entry, times, _warm_store)
             return self.compile(call, found, entry, times)
         entry.wait(<object>call.function)
-        self.remember(call, entry, signature)
+        self.remember(call, found, entry, signature)
         keep(&found.entry, entry)
         return None
 
@@ -365,22 +382,32 @@ cdef class Engine:
         """A miss, on the one thread that compiles this signature: the library
         runs the call (tracing, compiling, converting, donating, warning and
         failing as it does), then ``build`` takes its executable (from jax's
-        caches: ~0.2 ms).  A compile warm start may write is written with
-        the warnings it issued (WarmStart.recording_warnings)."""
+        caches: ~0.2 ms), or the reason the entry's calls are handed off.  A
+        compile warm start may write is written with the warnings it issued
+        (WarmStart.recording_warnings)."""
         reached(times, AT_FOUND, "compile")   # the library's own spans nest inside
         cdef long long began = now_ns()
         store = None if entry.warm_key is None else warm_store()
         try:
             with nullcontext() if store is None else store.recording_warnings():
-                out = self.library_call(call)
+                out = self.library_call(call, found)
         except BaseException as error:
             self.executables.fail(entry, error)
             ended(call, times, False, now_ns() - began, _reasons.COMPILE_ERROR, entry.signature)
             raise
         cdef long long compiled_at = now_ns()
         reached(times, AT_LAUNCHED, "build entry")
-        self.complete(call, entry, <list>found.leaves, out, (compiled_at - began) / 1e9)
-        self.remember(call, entry, entry.signature)
+        executable = finish = reason = None
+        try:
+            executable, finish = self.build(call, found, entry, out)
+        except MustHandOff as hand_off:
+            reason = hand_off.reason
+            entry.hand_off_detail = hand_off.detail
+        except Exception as error:
+            reason = _reasons.EXECUTABLE_NOT_REUSABLE
+            entry.hand_off_detail = repr(error)
+        self.executables.complete(entry, executable, finish, reason, (compiled_at - began) / 1e9)
+        self.remember(call, found, entry, entry.signature)
         ended(call, times, False, compiled_at - began, entry.hand_off_reason, entry.signature)
         keep(&found.out, out)
         return None
@@ -394,7 +421,7 @@ cdef class Engine:
         reached(times, AT_FOUND, "warm start")
         cdef long long began = now_ns()
         try:
-            key = self.warm_key(call, entry.signature, store)
+            key = self.warm_key(call, found, entry.signature, store)
             loaded = None if key is None else store.load(key)
         except BaseException as error:
             # Never expected (the store answers None on any failure); an
@@ -407,7 +434,7 @@ cdef class Engine:
             entry.warm_key = key
             return self.compile(call, found, entry, times)
         try:
-            executable, finish = self.build_loaded(call, entry, <list>found.leaves, loaded)
+            executable, finish = self.build_loaded(call, found, entry, loaded)
         except Exception as error:
             # Not for this call after all (MustHandOff: a reshard, host data): the
             # library compiles it, and the stored file stays as it is.
@@ -415,7 +442,7 @@ cdef class Engine:
                          f"has a stored executable that does not fit its call ({error})")
             return self.compile(call, found, entry, times)
         self.executables.complete(entry, executable, finish, None, (now_ns() - began) / 1e9)
-        self.remember(call, entry, entry.signature)
+        self.remember(call, found, entry, entry.signature)
         keep(&found.entry, entry)
         return None
 
@@ -443,25 +470,6 @@ cdef class Engine:
         if times.watch & WATCH_CLOCK:
             _sample_device(call, times, outputs)
         return None
-
-    cdef int complete(self, Call* call, CacheEntry entry, list leaves, object out,
-                      double seconds) except -1:
-        """The entry of a call the library just ran (returning ``out``, in
-        ``seconds``) completed with what ``build`` makes of it, or with the
-        reason it hands the entry's calls off for; ``compile``'s last step, and nnx.jit's, whose
-        library call comes before its signature (flax's split makes the
-        leaves), so that it finds or inserts the entry after that call."""
-        executable = finish = reason = None
-        try:
-            executable, finish = self.build(call, entry, leaves, out)
-        except MustHandOff as hand_off:
-            reason = hand_off.reason
-            entry.hand_off_detail = hand_off.detail
-        except Exception as error:
-            reason = _reasons.EXECUTABLE_NOT_REUSABLE
-            entry.hand_off_detail = repr(error)
-        self.executables.complete(entry, executable, finish, reason, seconds)
-        return 0
 
     cdef void remember_hand_off(self, object like, str reason, CallSignature signature):
         """The library took a call for what its arguments are (``like``, the
@@ -492,32 +500,36 @@ cdef class Engine:
         its library just ran (``found.out``); or why the library runs it."""
         raise NotImplementedError
 
-    cdef object library_call(self, Call* call):
-        """The library's own call: a miss's, and a hand-off's."""
+    cdef object library_call(self, Call* call, Found* found):
+        """The library's own call: a miss's, and a hand-off's (its scope
+        closed)."""
         raise NotImplementedError
 
-    cdef tuple build(self, Call* call, CacheEntry entry, list leaves, object out):
+    cdef tuple build(self, Call* call, Found* found, CacheEntry entry, object out):
         """(Executable, Outputs) for the entry the library just compiled and
-        ran (returning ``out``); raises MustHandOff for one the library must run."""
-        raise NotImplementedError
-
-    cdef object warm_key(self, Call* call, CallSignature signature, object store):
-        """The store key of this call (``store.key(...)``), or None: not stored
-        (nnx.jit's misses do not come here: its ``parse`` keys flax's split)."""
-        return None
-
-    cdef tuple build_loaded(self, Call* call, CacheEntry entry, list leaves, object loaded):
-        """(Executable, Outputs) for the entry from the executable ``loaded``
-        from the store (what ``store.load`` returned); raises MustHandOff for one
+        ran on ``found.leaves`` (returning ``out``); raises MustHandOff for one
         the library must run."""
         raise NotImplementedError
 
-    cdef void remember(self, Call* call, CacheEntry entry, CallSignature signature):
-        """Make this call the guard's guess for the next one."""
+    cdef object warm_key(self, Call* call, Found* found, CallSignature signature, object store):
+        """The store key of this call (``store.key(...)``), or None: not stored."""
+        return None
+
+    cdef tuple build_loaded(self, Call* call, Found* found, CacheEntry entry, object loaded):
+        """(Executable, Outputs) for the entry from the executable ``loaded``
+        from the store (what ``store.load`` returned) to run on ``found.leaves``;
+        raises MustHandOff for one the library must run."""
+        raise NotImplementedError
+
+    cdef int remember(self, Call* call, Found* found, CacheEntry entry,
+                      CallSignature signature) except -1:
+        """``entry`` runs this call (found or just completed): make the call
+        the guard's guess for the next one."""
         cdef PreviousCall previous = PreviousCall.__new__(PreviousCall)
         previous.entry = entry
         previous.signature = signature
         self.previous = previous
+        return 0
 
     cdef void guard_passed(self, Call* call, PreviousCall previous, list leaves):
         """The call matched the previous one's signature, with these leaves;

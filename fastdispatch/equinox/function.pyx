@@ -437,11 +437,11 @@ cdef class FilterDispatcher(Engine):
         else:
             self.same = same
 
-    cdef object library_call(self, Call* call):
+    cdef object library_call(self, Call* call, Found* found):
         """equinox's own call (its frames, warnings and errors)."""
         return self.equinox_call(<object>call.function, *<tuple>call.args, **<dict>call.kwargs)
 
-    cdef tuple build(self, Call* call, CacheEntry entry, list leaves, object out):
+    cdef tuple build(self, Call* call, Found* found, CacheEntry entry, object out):
         """equinox's executable for the call it just ran, from its lowering,
         and the recipe of its outputs from what the call returned."""
         # Lowering again comes from jax's caches; anything it warns was just
@@ -454,7 +454,7 @@ cdef class FilterDispatcher(Engine):
         cdef Executable executable
         cdef OutputRecipe recipe
         try:
-            executable = self._executable(compiled, entry, leaves)
+            executable = self._executable(compiled, entry, <list>found.leaves)
             recipe = _make_recipe(out, len(executable.out_handlers))
         except MustHandOff as hand_off:
             if entry.warm_key is not None and warm_store() is not None:
@@ -481,7 +481,7 @@ cdef class FilterDispatcher(Engine):
             raise MustHandOff(_reasons.EFFECTS)
         return executable
 
-    cdef object warm_key(self, Call* call, CallSignature signature, object store):
+    cdef object warm_key(self, Call* call, Found* found, CallSignature signature, object store):
         """The call's key in the warm-start store (fastdispatch.warm), or None."""
         if self.warm_options is None:
             return None
@@ -493,12 +493,12 @@ cdef class FilterDispatcher(Engine):
         return store.key(self.jitted, _warm.LABEL, self.warm_options, signature,
                          _warm.key_parts(signature), _warm.node_types(signature), False)
 
-    cdef tuple build_loaded(self, Call* call, CacheEntry entry, list leaves, object loaded):
+    cdef tuple build_loaded(self, Call* call, Found* found, CacheEntry entry, object loaded):
         """The entry of an executable loaded from the warm-start store, with
         the output recipe stored beside it (warm/outputs.py): the call's
         non-array outputs rebuilt from its own inputs and names, untraced."""
         compiled, described = loaded
-        cdef Executable executable = self._executable(compiled, entry, leaves)
+        cdef Executable executable = self._executable(compiled, entry, <list>found.leaves)
         out_treedef, sources, statics = warm_store().outputs(described,
                                                              _warm.call_objects(entry.signature))
         return executable, _new_recipe(our_treedef(out_treedef), sources, tuple(statics),

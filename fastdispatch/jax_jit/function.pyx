@@ -311,11 +311,11 @@ cdef class CompiledFunction(Engine):
 
     # -- the engine's hooks ------------------------------------------------
 
-    cdef object library_call(self, Call* call):
+    cdef object library_call(self, Call* call, Found* found):
         """jax.jit runs the call as the caller made it."""
         return PyObject_Vectorcall(self._jitted, call.argv, call.nargsf, call.kwnames)
 
-    cdef tuple build(self, Call* call, CacheEntry entry, list leaves, object out):
+    cdef tuple build(self, Call* call, Found* found, CacheEntry entry, object out):
         """jax's executable for the call it just ran: asking jax.jit for the
         Compiled costs ~0.2 ms, since jax caches both the trace and the
         executable."""
@@ -325,7 +325,7 @@ cdef class CompiledFunction(Engine):
         compiled = traced.lower().compile()
         cdef tuple built
         try:
-            built = self._from_compiled(entry, leaves, compiled, HAND_OFF_NOW)
+            built = self._from_compiled(entry, <list>found.leaves, compiled, HAND_OFF_NOW)
         except MustHandOff as hand_off:
             self._warm_save(entry, compiled, traced, hand_off.reason)
             raise
@@ -348,7 +348,7 @@ cdef class CompiledFunction(Engine):
         else:
             store.refuse(self.fun, _reasons.WARM_LIBRARY_CALL, f"is run by jax.jit ({reason})")
 
-    cdef object warm_key(self, Call* call, CallSignature signature, object store):
+    cdef object warm_key(self, Call* call, Found* found, CallSignature signature, object store):
         """The call's key in the warm-start store (fastdispatch.warm), or None.
         In checked mode jax traces the call here, into its cache: the compile
         of a miss reuses that trace."""
@@ -360,7 +360,7 @@ cdef class CompiledFunction(Engine):
                                      _kwargs_from_array(call.argv, nargs, call.kwnames))
         return store.key(self.fun, _warm.LABEL, self._options, signature, _warm.key_parts(signature))
 
-    cdef tuple build_loaded(self, Call* call, CacheEntry entry, list leaves, object loaded):
+    cdef tuple build_loaded(self, Call* call, Found* found, CacheEntry entry, object loaded):
         """The entry of an executable loaded from the warm-start store.  It
         converts host values itself for its first LOADED_CALLS_BEFORE_JAX
         calls: handing them to jax.jit, whose caches are empty in this
@@ -368,6 +368,7 @@ cdef class CompiledFunction(Engine):
         entry, it leaves those jax.jit converts faster to it.  One stored
         with a recipe has its output tree rebuilt from this call's arguments
         (their trees' node data did not pickle)."""
+        cdef list leaves = <list>found.leaves
         if type(loaded) is not tuple:
             return self._from_compiled(entry, leaves, loaded, LOADED_CALLS_BEFORE_JAX)
         compiled, recipe = loaded
@@ -384,7 +385,8 @@ cdef class CompiledFunction(Engine):
                                 calls_before_hand_off),
                 output_tree(compiled.out_tree))
 
-    cdef void remember(self, Call* call, CacheEntry entry, CallSignature signature):
+    cdef int remember(self, Call* call, Found* found, CacheEntry entry,
+                      CallSignature signature) except -1:
         """Make this call the guard's guess for the next one."""
         cdef Py_ssize_t nargs = PyVectorcall_NARGS(call.nargsf)
         cdef tuple args = tuple_from_array(call.argv, nargs)
@@ -399,6 +401,7 @@ cdef class CompiledFunction(Engine):
                                      and entry.hand_off_reason is _HOST_DATA)
         self.previous = previous
         self.remember_hand_off(None, None, None)
+        return 0
 
     cdef void handed_off(self, Call* call, CacheEntry entry, str reason):
         """jax.jit takes a call.  Handed off before any entry was found (None: jax.jit

@@ -12,7 +12,7 @@ graph node; the hot path then runs calls on that graph without flax's split
 and merge.  The package, by job:
 
   function.pyx   the front end: records (roots, guards, slots), gather, write back
-  miss.py        a call flax runs (split, jax.jit, merge), and the Graph it left
+  flax_call.py   a call no record serves, split as flax splits it, across the engine's steps
   graph.py       the Graph: what a Record is made of, as plain data
   guards.py      the guards over what flax's split visits, and each leaf's slot
   paths.py       the keyed leaves' names, for --trace's reports
@@ -35,8 +35,8 @@ from fastdispatch.core.engine import library_function
 from fastdispatch.nnx import _flax
 from fastdispatch.nnx import function as _nnx
 from fastdispatch.nnx.attributes import graph_attributes
+from fastdispatch.nnx.flax_call import FlaxCall
 from fastdispatch.nnx.function import NnxJitFunction
-from fastdispatch.nnx.miss import miss
 
 __all__ = ["NnxJitFunction", "jit"]
 
@@ -86,7 +86,7 @@ def jit(
     # calls use jax's own, so that each call is recorded once, as this function's.
     flax_function.jitted_fn = library_function(flax_function.jitted_fn)
     fast = type(flax_function) is _flax.JitWrapped and in_shardings is None and out_shardings is None
-    function = NnxJitFunction(flax_function, flax_function.jitted_fn if fast else None, fast, miss)
+    function = NnxJitFunction(flax_function, flax_function.jitted_fn if fast else None, fast, FlaxCall)
     functools.update_wrapper(function, fun)
     # What a warm-start key adds (its options, warm/keys.py's call_key): flax's version
     # (its split, JitFn and merge) and the options, graph modes resolved.
@@ -95,5 +95,7 @@ def jit(
     return function
 
 
-_nnx.configure(_flax.RAW_VALUE, _flax.METADATA, _flax.GRAPH_CONTEXT, _flax.FLAGS, _flax.PytreeState)
+_nnx.configure(
+    _flax.RAW_VALUE, _flax.METADATA, _flax.GRAPH_CONTEXT, _flax.FLAGS, _flax.PytreeState, _flax.merge
+)
 descriptions.add_attributes(_flax.GraphDef, graph_attributes)

@@ -1,6 +1,7 @@
 # The nnx.jit front end (flax NNX's jit, graph mode) of the engine.
 from fastdispatch.core.cache cimport CacheEntry
 from fastdispatch.core.engine cimport Call, CallTimes, Engine, Found
+from fastdispatch.core.execute cimport Executable
 from fastdispatch.core.outputs cimport Outputs
 from fastdispatch.core.pytree.treedef cimport TreeDef
 from fastdispatch.core.signature cimport CallSignature
@@ -71,24 +72,20 @@ cdef class Record(Outputs):
     cdef int add_shape(self, CallSignature signature, CacheEntry entry, TreeDef out_treedef) except -1
 
 
+cdef class Merged(Outputs):
+    cdef readonly object compiled       # the jax.stages.Compiled flax's jax.jit ran
+    cdef object flax_function
+
+
 cdef class NnxJitFunction(Engine):
     cdef readonly object flax_function  # flax's own nnx.jit of the function: misses and hand-offs
     cdef readonly object jitted         # its jax.jit (jax's own): the source of executables
     cdef readonly bint fast             # graph mode with graph updates, no sharding prefixes
-    # fastdispatch.nnx.miss(function, args, kwargs, holding, warm store): flax's
-    # call, and the graph it left as plain data for a Record (or why none); or,
-    # with warm start, the graph of an executable loaded from the store
-    cdef object flax_miss
+    # fastdispatch.nnx.flax_call.FlaxCall: a call no record serves, split as
+    # flax splits it, open across the engine's steps (found.scope)
+    cdef object flax_call
     cdef tuple records                  # Record, most recently used first
-    # A call whose graph no record can serve leaves its arguments'
-    # identities (see _arguments_key) in the engine's hand-off memo.  Once the
-    # next call on them is refused alike (a first call may change what it is
-    # given, and the second then records), calls on the same arguments go to
-    # flax without trying again to record, but every 64th.
-    cdef bint hand_off_repeated
     cdef dict __dict__
     cdef object __weakref__
 
-    cdef str _miss(self, Call* call, Found* found, Record holding, CallTimes* times)
-    cdef Record _record(self, object graph, CacheEntry entry, Record holding)
-    cdef CacheEntry _new_entry(self, Call* call, object graph)
+    cdef Executable _executable(self, object graph, CacheEntry entry)

@@ -17,9 +17,13 @@ merge only move values, so this does only that:
   scatter    the outputs straight into the same Variable slots; the
              function's own output rebuilt from its recorded structure
 
-A Record is made (fastdispatch/nnx/miss.py) after a call flax ran itself (the
-first call, or one whose graph changed), when that call's executable keeps the
-graph's structure and returns no graph node; everything else is flax's call.
+A call no record serves goes through the engine as jit's calls do: its
+parse opens flax's split (``FlaxCall``, fastdispatch/nnx/flax_call.py, in
+flax's update context, kept open across the steps) and gives the engine the
+split's leaves; the engine finds their entry, or compiles (flax's jax.jit and
+merge, ``library_call``) or loads one.  ``remember`` then makes the Record of
+the graph the call left, when its executable keeps the graph's structure and
+returns no graph node; everything else is flax's call.
 """
 from cpython.dict cimport PyDict_GetItem, PyDict_Next, PyDict_SetItem, PyDict_Size
 from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
@@ -29,11 +33,10 @@ from cpython.sequence cimport PySequence_Fast_ITEMS
 from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE
 
 from fastdispatch.core.cache cimport CacheEntry, CompiledFunctionCache
-from fastdispatch.core.clock cimport now_ns
 from fastdispatch.core.engine cimport (
-    AT_FOUND, Call, CallTimes, Engine, Found, ended, found_entry, keep, python_call, reached,
+    Call, CallTimes, Engine, Found, found_arguments, found_entry, keep, python_call,
     trace_context, jax_state_hand_off, warm_store)
-from fastdispatch.core.execute cimport NEVER_HAND_OFF, make_executable
+from fastdispatch.core.execute cimport NEVER_HAND_OFF, Executable, make_executable
 from fastdispatch.core.outputs cimport Outputs
 from fastdispatch.core.pytree.flatten cimport flatten_into
 from fastdispatch.core.pytree.treedef cimport TreeDef
@@ -53,7 +56,6 @@ cdef extern from "Python.h":
         descrsetfunc tp_descr_set
 
 cdef str _FLAX = "flax"
-cdef str _NEW_GRAPH = _reasons.NEW_GRAPH
 cdef str _NOT_GRAPH_UPDATES = _reasons.NOT_GRAPH_UPDATES
 
 cdef object _ARRAY = _jax.ARRAY_TYPE
@@ -77,12 +79,13 @@ cdef descrgetfunc _get_metadata = NULL
 cdef object _graph_context = None      # flax's thread-local GRAPH_CONTEXT
 cdef tuple _flags_fields = ()          # PytreeState's flag slots, read by FlagsGuard
 cdef object _state_type = None         # PytreeState
+cdef object _merge = None              # flax's merge: (flax function, outputs) -> output
 
 
-def configure(raw_value, metadata, graph_context, flags_fields, state_type):
+def configure(raw_value, metadata, graph_context, flags_fields, state_type, merge):
     """Hand the hot path what it reads of flax (called once by fastdispatch.nnx)."""
     global _raw_value, _get_raw, _set_raw, _metadata, _get_metadata, _graph_context
-    global _flags_fields, _state_type
+    global _flags_fields, _state_type, _merge
     _raw_value = raw_value
     _get_raw = (<_TypeWithDescr*>Py_TYPE(raw_value)).tp_descr_get
     _set_raw = (<_TypeWithDescr*>Py_TYPE(raw_value)).tp_descr_set
@@ -91,6 +94,7 @@ def configure(raw_value, metadata, graph_context, flags_fields, state_type):
     _graph_context = graph_context
     _flags_fields = tuple(flags_fields)
     _state_type = state_type
+    _merge = merge
 
 
 def raw_value(variable):
@@ -401,15 +405,29 @@ cdef tuple _arguments_key(tuple args, dict kwargs):
     return tuple(key)
 
 
+cdef class Merged(Outputs):
+    """The Outputs of an nnx.jit entry that the cache found for a call no
+    record serves (a graph of a structure seen before, in other objects):
+    flax's merge of the outputs into the caller's objects, inside the call's
+    update context (still open: the engine closes it after ``execute``).
+    Also what a record of that graph is made from (``compiled``)."""
+
+    def __init__(self, flax_function, compiled):
+        self.flax_function, self.compiled = flax_function, compiled
+
+    cdef object rebuild(self, list outputs):
+        return _merge(self.flax_function, self.compiled.out_tree.unflatten(outputs))
+
+
 cdef class NnxJitFunction(Engine):
     """What ``fastdispatch.nnx.jit`` returns: flax's nnx.jit, called through the
     fast path when the call's graph is one a record proves."""
 
-    def __init__(self, flax_function, jitted, bint fast, flax_miss):
+    def __init__(self, flax_function, jitted, bint fast, flax_call):
         self.flax_function = flax_function
         self.jitted = jitted
         self.fast = fast
-        self.flax_miss = flax_miss
+        self.flax_call = flax_call
         self.records = ()
         self.executables = (<CompiledFunctionCache>default_cache()).function_cache(self, None)
         self.span_name = f"FastDispatch({_jax.fun_name(flax_function.fun)})"
@@ -421,8 +439,9 @@ cdef class NnxJitFunction(Engine):
         return self.call(&call)
 
     cdef str parse(self, Call* call, Found* found, CallTimes* times):
-        """A record that proves the call's graph runs it; else flax's call
-        (``_miss``), which compiles or loads a new one."""
+        """A record that proves the call's graph runs it; else flax's split
+        (a FlaxCall, open across the steps: ``found.scope``), whose leaves
+        the engine looks up, compiles or loads."""
         cdef tuple args = <tuple>call.args
         cdef dict kwargs = <dict>call.kwargs
         cdef Record record
@@ -436,7 +455,7 @@ cdef class NnxJitFunction(Engine):
         # nnx.cached_partial hands its call a static cache of the graph's
         # traversal, for flax's update context to take; a call a record serves
         # traverses nothing, so the cache is taken here, and given back to
-        # flax for a call it runs.
+        # flax for a call it splits.
         static_cache = _graph_context.tmp_static_cache
         if static_cache is not None:
             _graph_context.tmp_static_cache = None
@@ -470,100 +489,83 @@ cdef class NnxJitFunction(Engine):
             found_entry(found, record.entry, inputs, record)
             return None
         _graph_context.tmp_static_cache = static_cache
-        if (holding is None and self.hand_off_repeated
+        if (holding is None and self.handed_off_like is not None
                 and self.handed_off_like == _arguments_key(args, kwargs)):
             # flax's call, as the last one on these arguments was, without
-            # the attempt to record it (a trace of its outputs, its graph
-            # walked twice: costlier than flax's call itself).
+            # splitting them first.
             reason = self.handed_off_again(found)
             if reason is not None:
                 return reason
-        return self._miss(call, found, holding, times)
-
-    cdef str _miss(self, Call* call, Found* found, Record holding, CallTimes* times):
-        """flax's split and jax.jit (a trace and a compile for a new structure);
-        flax's merge, or, when ``holding``'s graph is the call's and the
-        executable keeps it, a write-back into its slots; then a new Record,
-        its executable an entry of the cache.  Its output is ``found.out``;
-        with warm start, a loaded executable's entry is ``found``'s, for the
-        engine's ``execute``."""
-        cdef tuple args = <tuple>call.args
-        cdef dict kwargs = <dict>call.kwargs
-        reached(times, AT_FOUND, self.library, _NEW_GRAPH)
-        cdef CacheEntry entry = None
-        cdef bint compiled = False
-        cdef Record record = None
-        try:
-            out, graph, reason, loaded = self.flax_miss(self, args, kwargs, holding, warm_store())
-            if loaded:
-                # Warm start: an executable from the store, for the graph as
-                # flax's split found it; it runs as a hit (a Record's write-back).
-                entry = self.executables.find(graph.signature)
-                if entry is None:
-                    entry = self._new_entry(call, graph)
-                if entry.executable is None:
-                    out, graph, reason, loaded = self.flax_miss(self, args, kwargs, holding, None)
-        except BaseException:
-            ended(call, times, False, 0, _NEW_GRAPH, None)
-            raise
-        if loaded:
-            found_entry(found, entry, graph.leaves, self._record(graph, entry, holding))
-            return None
-        if graph is not None:
-            entry = self.executables.find(graph.signature)
-            if entry is None:
-                entry = self._new_entry(call, graph)
-                compiled = True
-            if entry.executable is None:
-                reason = entry.hand_off_reason
-            else:
-                record = self._record(graph, entry, holding)
-        if record is None:
-            key = _arguments_key(args, kwargs)
-            self.hand_off_repeated = self.handed_off_like == key and self.memo_reason == reason
-            self.remember_hand_off(key, reason, None)
-        ended(call, times, False, now_ns() - times.found if compiled else 0,
-              None if compiled else _NEW_GRAPH, entry.signature if record is not None else None)
-        keep(&found.out, out)
+        split = self.flax_call(self, args, kwargs, holding)
+        keep(&found.scope, split)
+        found_arguments(found, split.treedef, split.leaves, split.static_args, context, (),
+                        split.paths)
         return None
 
-    cdef Record _record(self, object graph, CacheEntry entry, Record holding):
-        """The Record that runs ``entry``'s executable on ``graph``: ``holding``,
-        one more shape of it, where the graph is its own (its guards); else a
-        new Record, first in line."""
-        self.remember_hand_off(None, None, None)
-        self.hand_off_repeated = False
-        if holding is not None and graph.guards is holding.guards:
-            holding.add_shape(graph.signature, entry, graph.out_treedef)
-            return holding
-        cdef Record record = Record(graph.nargs, graph.kwnames, graph.inputs, graph.statics,
-                                    graph.guards, graph.slots, entry, graph.signature,
-                                    graph.out_treedef)
-        self.records = ((record,) + self.records)[:MAX_RECORDS]
-        return record
-
-    cdef CacheEntry _new_entry(self, Call* call, object graph):
-        """The entry of the executable flax's jax.jit just compiled for
-        ``graph`` (or loaded from the store), completed by the engine
-        (``complete``, through ``build``)."""
-        cdef CacheEntry entry = self.executables.insert(graph.signature)
-        self.complete(call, entry, graph.leaves, graph, graph.seconds)
-        return entry
-
-    cdef tuple build(self, Call* call, CacheEntry entry, list leaves, object out):
-        """The Executable of ``out``, the Graph a flax call left; no Outputs:
-        each Record of the graph is its calls' (``_record``)."""
-        return make_executable(out.compiled, entry.signature, leaves, out.donates, NEVER_HAND_OFF), None
-
-    cdef object library_call(self, Call* call):
-        """flax's own nnx.jit call."""
+    cdef object library_call(self, Call* call, Found* found):
+        """A miss's: flax's jax.jit on the open split, then its merge; a
+        hand-off's: flax's own nnx.jit call."""
+        if found.scope != NULL:
+            return (<object>found.scope).run()
         return self.flax_function(*<tuple>call.args, **<dict>call.kwargs)
+
+    cdef tuple build(self, Call* call, Found* found, CacheEntry entry, object out):
+        """The executable of the Graph the split call left (MustHandOff: one no
+        record can serve, its entry's calls flax's), written to the warm-start
+        store under the entry's key; entries found later merge their outputs
+        as flax does (``Merged``)."""
+        graph = (<object>found.scope).built(entry.warm_key, warm_store())
+        return self._executable(graph, entry), Merged(self.flax_function, graph.compiled)
+
+    cdef object warm_key(self, Call* call, Found* found, CallSignature signature, object store):
+        """The split call's key in the warm-start store, or None."""
+        return (<object>found.scope).warm_key(store)
+
+    cdef tuple build_loaded(self, Call* call, Found* found, CacheEntry entry, object loaded):
+        """The executable loaded from the store, for the graph as the split
+        found it (raises where it does not fit the call)."""
+        graph = (<object>found.scope).loaded(loaded, warm_store())
+        return self._executable(graph, entry), Merged(self.flax_function, graph.compiled)
+
+    cdef Executable _executable(self, object graph, CacheEntry entry):
+        return make_executable(graph.compiled, entry.signature, graph.leaves, graph.donates,
+                               NEVER_HAND_OFF)
+
+    cdef int remember(self, Call* call, Found* found, CacheEntry entry,
+                      CallSignature signature) except -1:
+        """A split call ``entry`` runs: the Record of its graph, for this call
+        (when it has yet to run: a write-back, not flax's merge) and the next."""
+        if found.scope == NULL or entry.executable is None:
+            return 0
+        split = <object>found.scope
+        graph = split.graph
+        if graph is None:   # found by its signature: an executable that keeps the graph
+            graph = split.kept_graph((<Merged>entry.finish).compiled)
+            if graph is None:
+                return 0   # no record of this graph: flax's merge (Merged) runs this call
+        self.remember_hand_off(None, None, None)
+        cdef Record record
+        if split.holding is not None and graph.guards is split.holding.guards:
+            record = <Record>split.holding
+            record.add_shape(graph.signature, entry, graph.out_treedef)
+        else:
+            record = Record(graph.nargs, graph.kwnames, graph.inputs, graph.statics, graph.guards,
+                            graph.slots, entry, graph.signature, graph.out_treedef)
+            self.records = ((record,) + self.records)[:MAX_RECORDS]
+        keep(&found.finish, record)
+        keep(&found.leaves, graph.leaves)
+        return 0
+
+    cdef void handed_off(self, Call* call, CacheEntry entry, str reason):
+        """flax takes the call: the next on the same arguments goes to it
+        before they are split, but every 64th (see parse)."""
+        self.remember_hand_off(_arguments_key(<tuple>call.args, <dict>call.kwargs), reason,
+                               None if entry is None else entry.signature)
 
     def clear_cache(self):
         """Forget the records and executables (flax's jit keeps its own traces)."""
         self.records = ()
         self.remember_hand_off(None, None, None)
-        self.hand_off_repeated = False
         self.executables.clear()
 
     def library_function(self):

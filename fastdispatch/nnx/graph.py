@@ -39,15 +39,14 @@ class Graph(NamedTuple):
     compiled: object  # the jax.stages.Compiled flax's jax.jit ran
     leaves: list  # the executable's inputs on this call
     donates: bool
-    seconds: float  # flax's call: trace, lower, compile and run
 
 
-def build(function, args, kwargs, before, seconds, holding, compiled=None, outputs=None, after=None):
+def build(function, args, kwargs, before, holding, compiled=None, outputs=None, after=None):
     """The Graph this call left, for the executable it ran on flax's split
     ``before``; ``holding``: the record of the same graph, when the call kept
-    it.  A warm-start load gives the executable (``compiled``), its outputs'
-    structure and the split (``after``: the graph before the call, which the
-    executable keeps).  MustHandOff when the fast path cannot run calls on it."""
+    it.  An executable known to keep the graph (``kept``) comes with its
+    outputs' structure and the split (``after``: the graph before the call).
+    MustHandOff when the fast path cannot run calls on it."""
     statics = static_positions(function, args)
     resolved = _jax.resolved_arguments(function.jitted)
     leaves_before, treedef = dynamic_leaves(before, statics)
@@ -98,15 +97,10 @@ def build(function, args, kwargs, before, seconds, holding, compiled=None, outpu
         slots = tuple(slot for _, each in root_slots for slot in each)
 
     if holding is not None:
-        nargs, kwnames, static_values = holding.nargs, holding.kwnames, holding.statics
+        nargs, kwnames, values = holding.nargs, holding.kwnames, holding.statics
     else:
-        nargs, kwnames = len(args), tuple(kwargs)
-        present = sorted((s for s in statics if s in kwargs or (type(s) is int and s < len(args))), key=repr)
-        static_values = tuple((s, args[s] if type(s) is int else kwargs[s]) for s in present)
-    # The static arguments key the executable as the leaves do: flax's jax.jit
-    # compiles one per value (a record on the same graph with another value
-    # must not find this one's entry).
-    static_args = tuple(x for position, value in static_values for x in (position, type(value), value))
+        nargs, kwnames, values = len(args), tuple(kwargs), static_values(statics, args, kwargs)
+    static_args = static_key(values)
     paths = Paths.of(function, args, kwargs, treedef, statics)
     signature = _nnx.signature_of(treedef, leaves, static_args, paths)
     if not _nnx.signature_of(treedef, leaves_before, static_args).runs_as(signature):
@@ -119,7 +113,7 @@ def build(function, args, kwargs, before, seconds, holding, compiled=None, outpu
         nargs,
         kwnames,
         tuple(inputs),
-        static_values,
+        values,
         tuple(guards),
         slots,
         out_treedef,
@@ -127,8 +121,44 @@ def build(function, args, kwargs, before, seconds, holding, compiled=None, outpu
         compiled,
         leaves,
         donates,
-        seconds,
     )
+
+
+def kept(function, args, kwargs, before, holding, compiled, out_treedef):
+    """The Graph of the graph as the split ``before`` found it, for
+    ``compiled``, an executable known to keep every graph it is given (one
+    found by its signature, or loaded from the warm-start store);
+    ``out_treedef``: the structure of the function's own output (jax's)."""
+    outputs = kept_outputs(before, out_treedef, compiled.out_tree.num_leaves)
+    if holding is not None and not keeps_graph(outputs, before, holding):
+        holding = None
+    return build(function, args, kwargs, before, holding, compiled, outputs, before)
+
+
+def kept_outputs(before, out_treedef, num_outputs):
+    """The outputs of an executable that keeps every graph it is given, as
+    flax's JitFn returns them, with placeholder leaves: each graph argument's
+    NodeStates again (its GraphDef with the same outer index), None for every
+    other argument (flax clears them), then the function's own output."""
+
+    def kept_states(x):
+        return _flax.kept(x) if isinstance(x, _flax.NodeStates) else None
+
+    args_out, kwargs_out = jax.tree_util.tree_map(
+        kept_states, before, is_leaf=lambda x: isinstance(x, _flax.NodeStates)
+    )
+    out = jax.tree_util.tree_unflatten(out_treedef, [0] * out_treedef.num_leaves)
+    structure = jax.tree_util.tree_structure((args_out, kwargs_out, out))
+    if structure.num_leaves != num_outputs:
+        raise LookupError(f"{structure.num_leaves} outputs derived, the executable has {num_outputs}")
+    return jax.tree_util.tree_unflatten(structure, [Placeholder(i) for i in range(num_outputs)])
+
+
+def own_output_structure(compiled):
+    """The structure of the function's own output (jax's), of the executable
+    flax's jax.jit compiled (whose outputs are (args, kwargs, output))."""
+    placeholders = jax.tree_util.tree_unflatten(compiled.out_tree, [0] * compiled.out_tree.num_leaves)
+    return jax.tree_util.tree_structure(placeholders[2])
 
 
 def keeps_graph(outputs, before, record):
@@ -173,6 +203,19 @@ def static_positions(function, args):
     resolved = _jax.resolved_arguments(function.jitted)
     statics = {i % len(args) if -len(args) <= i < len(args) else i for i in resolved.static_argnums}
     return statics | set(resolved.static_argnames)
+
+
+def static_values(statics, args, kwargs):
+    """(position, value) of each static argument the call passes, in key order."""
+    present = sorted((s for s in statics if s in kwargs or (type(s) is int and s < len(args))), key=repr)
+    return tuple((s, args[s] if type(s) is int else kwargs[s]) for s in present)
+
+
+def static_key(values):
+    """The (position, type, value) triples that key an executable with the
+    leaves: flax's jax.jit compiles one per static value (a call on the same
+    graph with another value must not find this one's entry)."""
+    return tuple(x for position, value in values for x in (position, type(value), value))
 
 
 def dynamic_leaves(pure, statics):

@@ -5,28 +5,25 @@ written when a load could serve it (its executable keeps every graph)."""
 from __future__ import annotations
 
 import functools
-import time
 
 import jax
 
 from fastdispatch import _reasons
-from fastdispatch._reasons import MustHandOff
-from fastdispatch.nnx import _flax
 from fastdispatch.nnx import function as _nnx
 from fastdispatch.nnx import graph as _graph
 
 
-def lookup(function, args, before, store):
-    """(key, loaded) of a split call: its key (None: not stored, the reason
-    recorded), and what the store holds under it (None: nothing)."""
+def key(function, args, before, store):
+    """The key of a split call (``before``: flax's split of ``args``), or
+    None: not stored (the reason recorded)."""
     fun = function.flax_function.fun
     try:
         parts = _key_parts(function, args, before)
     except TypeError:  # a leaf the dispatcher does not key: flax's call runs it anyway
         store.refuse(fun, _reasons.WARM_UNDESCRIBED, "takes an argument leaf the dispatcher does not key")
-        return None, None
+        return None
     signature, static_args, node_types = parts
-    key = store.key(
+    return store.key(
         fun,
         "nnx.jit",
         function._warm_options,
@@ -34,7 +31,6 @@ def lookup(function, args, before, store):
         ((signature.treedef.to_jax(), "takes a graph holding"), (static_args, "takes as static argument")),
         node_types,
     )
-    return key, None if key is None else store.load(key)
 
 
 def _key_parts(function, args, before):
@@ -59,26 +55,14 @@ def _key_parts(function, args, before):
 
 def loaded_graph(function, args, kwargs, before, loaded, store, holding):
     """The Graph of the graph as the split found it (``before``), running the
-    executable ``loaded`` from the store; None when it does not fit the call
-    (the reason recorded).  ``holding``: as ``miss`` takes it; the loaded
-    executable keeps the graph, so a record of it runs this shape too."""
-    began = time.perf_counter()
-    try:
-        compiled, described = loaded
-        out_treedef, sources, _ = store.outputs(described, [])
-        outputs = _kept_outputs(before, out_treedef, compiled.out_tree.num_leaves)
-        if holding is not None and not _graph.keeps_graph(outputs, before, holding):
-            holding = None
-        graph = _graph.build(
-            function, args, kwargs, before, time.perf_counter() - began, holding, compiled, outputs, before
-        )
-        if sources != list(range(len(graph.slots), compiled.out_tree.num_leaves)):
-            raise LookupError("outputs unlike the graph's")
-    except (MustHandOff, LookupError, TypeError, ValueError) as error:
-        why = getattr(error, "reason", None) or str(error)
-        fun = function.flax_function.fun
-        store.refuse(fun, _reasons.WARM_UNFIT, f"has a stored executable that does not fit its call ({why})")
-        return None
+    executable ``loaded`` from the store (it keeps every graph it is given);
+    raises where it does not fit the call.  ``holding``: a record of the
+    call's graph, in other shapes, which then runs this one too."""
+    compiled, described = loaded
+    out_treedef, sources, _ = store.outputs(described, [])
+    graph = _graph.kept(function, args, kwargs, before, holding, compiled, out_treedef)
+    if sources != list(range(len(graph.slots), compiled.out_tree.num_leaves)):
+        raise LookupError("outputs unlike the graph's")
     return graph
 
 
@@ -86,7 +70,7 @@ def save(function, key, compiled, out_treedef, before, store):
     """Write the executable flax's call compiled (``out_treedef``: the
     structure of the function's own output), when the outputs a load will
     derive (every graph as it came in, then the function's own) are its own."""
-    derived = _kept_outputs(before, out_treedef, compiled.out_tree.num_leaves)
+    derived = _graph.kept_outputs(before, out_treedef, compiled.out_tree.num_leaves)
     if jax.tree_util.tree_structure(derived) != compiled.out_tree:
         store.refuse(
             function.flax_function.fun,
@@ -95,7 +79,7 @@ def save(function, key, compiled, out_treedef, before, store):
         )
         return
     # The graphs' outputs are the call's own GraphDefs again, derived from the
-    # arguments when loaded (_kept_outputs); the function's own output is
+    # arguments when loaded (graph.kept_outputs); the function's own output is
     # described, its leaves the executable's last outputs.
     n = out_treedef.num_leaves
     slots = compiled.out_tree.num_leaves - n
@@ -121,24 +105,4 @@ def save_unrecorded(function, key, before, reason, store):
         )
         return
     compiled = _graph.compiled_of(function, before)
-    placeholders = jax.tree_util.tree_unflatten(compiled.out_tree, [0] * compiled.out_tree.num_leaves)
-    save(function, key, compiled, jax.tree_util.tree_structure(placeholders[2]), before, store)
-
-
-def _kept_outputs(before, out_treedef, num_outputs):
-    """The outputs of an executable that keeps every graph it is given, as
-    flax's JitFn returns them, with placeholder leaves: each graph argument's
-    NodeStates again (its GraphDef with the same outer index), None for every
-    other argument (flax clears them), then the function's own output."""
-
-    def kept(x):
-        return _flax.kept(x) if isinstance(x, _flax.NodeStates) else None
-
-    args_out, kwargs_out = jax.tree_util.tree_map(
-        kept, before, is_leaf=lambda x: isinstance(x, _flax.NodeStates)
-    )
-    out = jax.tree_util.tree_unflatten(out_treedef, [0] * out_treedef.num_leaves)
-    structure = jax.tree_util.tree_structure((args_out, kwargs_out, out))
-    if structure.num_leaves != num_outputs:
-        raise LookupError(f"{structure.num_leaves} outputs derived, the executable has {num_outputs}")
-    return jax.tree_util.tree_unflatten(structure, [_graph.Placeholder(i) for i in range(num_outputs)])
+    save(function, key, compiled, _graph.own_output_structure(compiled), before, store)

@@ -53,8 +53,9 @@ def test_nnx_rows_run_against_flax_and_its_executable():
     assert not result.error and result.reference == nnx.NNX
     for name in (nnx.TREE, nnx.CACHED, FASTDISPATCH, nnx.FD_CACHED, RAW):
         assert len(result.samples[name]) == 2, result.skipped
-    # Fresh objects: one call on a graph no record proves yet, then the fast path.
-    assert result.hand_offs == {"new graph": 1}
+    # Fresh objects of a structure compiled before: the call on a graph no
+    # record proves yet is split and finds that entry, then a record serves.
+    assert not result.hand_offs
     assert [item["name"] for item in report.nnx_summary([result])][0] == "fd/nnx.jit, MLP + Adam step"
 
 
