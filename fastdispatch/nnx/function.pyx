@@ -540,6 +540,8 @@ cdef class NnxJitFunction(Engine):
         split = <object>found.scope
         graph = split.graph
         if graph is None:   # found by its signature: an executable that keeps the graph
+            if type(entry.finish) is not Merged:
+                return 0
             graph = split.kept_graph((<Merged>entry.finish).compiled)
             if graph is None:
                 return 0   # no record of this graph: flax's merge (Merged) runs this call
