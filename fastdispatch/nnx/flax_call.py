@@ -71,7 +71,7 @@ class FlaxCall:
         written under ``warm_key`` to ``store`` (a WarmStart) when given."""
         holding = self.holding if self._kept else None
         try:
-            graph = _graph.build(self.function, self.args, self.kwargs, self.before, holding)
+            graph = _graph.build(self.function, self.args, self.kwargs, self.before, holding, self.paths)
         except MustHandOff as hand_off:
             if warm_key is not None and store is not None:
                 _warm.save_unrecorded(self.function, warm_key, self.before, hand_off.reason, store)
@@ -92,7 +92,7 @@ class FlaxCall:
         """The Graph for the executable ``loaded`` from ``store`` (raises where
         it does not fit the call)."""
         self.graph = _warm.loaded_graph(
-            self.function, self.args, self.kwargs, self.before, loaded, store, self.holding
+            self.function, self.args, self.kwargs, self.before, self.paths, loaded, store, self.holding
         )
         return self.graph
 
@@ -106,6 +106,7 @@ class FlaxCall:
                 self.kwargs,
                 self.before,
                 self.holding,
+                self.paths,
                 compiled,
                 _graph.own_output_structure(compiled),
             )

@@ -20,7 +20,6 @@ from fastdispatch.nnx import _flax
 from fastdispatch.nnx import function as _nnx
 from fastdispatch.nnx.function import Input
 from fastdispatch.nnx.guards import slots_and_guards
-from fastdispatch.nnx.paths import Paths
 
 
 class Graph(NamedTuple):
@@ -41,12 +40,13 @@ class Graph(NamedTuple):
     donates: bool
 
 
-def build(function, args, kwargs, before, holding, compiled=None, outputs=None, after=None):
+def build(function, args, kwargs, before, holding, paths, compiled=None, outputs=None, after=None):
     """The Graph this call left, for the executable it ran on flax's split
     ``before``; ``holding``: the record of the same graph, when the call kept
-    it.  An executable known to keep the graph (``kept``) comes with its
-    outputs' structure and the split (``after``: the graph before the call).
-    MustHandOff when the fast path cannot run calls on it."""
+    it; ``paths``: the split's leaf names (Paths.of).  An executable known to
+    keep the graph (``kept``) comes with its outputs' structure and the split
+    (``after``: the graph before the call).  MustHandOff when the fast path
+    cannot run calls on it."""
     statics = static_positions(function, args)
     resolved = _jax.resolved_arguments(function.jitted)
     leaves_before, treedef = dynamic_leaves(before, statics)
@@ -101,7 +101,6 @@ def build(function, args, kwargs, before, holding, compiled=None, outputs=None, 
     else:
         nargs, kwnames, values = len(args), tuple(kwargs), static_values(statics, args, kwargs)
     static_args = static_key(values)
-    paths = Paths.of(function, args, kwargs, treedef, statics)
     signature = _nnx.signature_of(treedef, leaves, static_args, paths)
     if not _nnx.signature_of(treedef, leaves_before, static_args).runs_as(signature):
         raise MustHandOff(_reasons.CALL_CHANGED_SHAPES)
@@ -124,7 +123,7 @@ def build(function, args, kwargs, before, holding, compiled=None, outputs=None, 
     )
 
 
-def kept(function, args, kwargs, before, holding, compiled, out_treedef):
+def kept(function, args, kwargs, before, holding, paths, compiled, out_treedef):
     """The Graph of the graph as the split ``before`` found it, for
     ``compiled``, an executable known to keep every graph it is given (one
     found by its signature, or loaded from the warm-start store);
@@ -132,7 +131,7 @@ def kept(function, args, kwargs, before, holding, compiled, out_treedef):
     outputs = kept_outputs(before, out_treedef, compiled.out_tree.num_leaves)
     if holding is not None and not keeps_graph(outputs, before, holding):
         holding = None
-    return build(function, args, kwargs, before, holding, compiled, outputs, before)
+    return build(function, args, kwargs, before, holding, paths, compiled, outputs, before)
 
 
 def kept_outputs(before, out_treedef, num_outputs):

@@ -53,14 +53,14 @@ def _key_parts(function, args, before):
     return signature, static_args, tuple(node_types)
 
 
-def loaded_graph(function, args, kwargs, before, loaded, store, holding):
-    """The Graph of the graph as the split found it (``before``), running the
-    executable ``loaded`` from the store (it keeps every graph it is given);
+def loaded_graph(function, args, kwargs, before, paths, loaded, store, holding):
+    """The Graph of the graph as the split found it (``before``; ``paths``:
+    its leaf names), running the executable ``loaded`` from the store (it keeps every graph it is given);
     raises where it does not fit the call.  ``holding``: a record of the
     call's graph, in other shapes, which then runs this one too."""
     compiled, described = loaded
     out_treedef, sources, _ = store.outputs(described, [])
-    graph = _graph.kept(function, args, kwargs, before, holding, compiled, out_treedef)
+    graph = _graph.kept(function, args, kwargs, before, holding, paths, compiled, out_treedef)
     if sources != list(range(len(graph.slots), compiled.out_tree.num_leaves)):
         raise LookupError("outputs unlike the graph's")
     return graph
