@@ -89,7 +89,7 @@ def same_outer_index(graphdef):
 
 def kept(node_states):
     """The NodeStates a call that keeps its graph returns for ``node_states``."""
-    graphdef = node_states.graphdef.with_same_outer_index()
+    graphdef = same_outer_index(node_states.graphdef)
     return NodeStates(_graphdef=graphdef, states=node_states.states, metadata=node_states.metadata)
 
 

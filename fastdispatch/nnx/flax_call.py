@@ -77,9 +77,7 @@ class FlaxCall:
                 _warm.save_unrecorded(self.function, warm_key, self.before, hand_off.reason, store)
             raise
         if warm_key is not None and store is not None:
-            own = jax.tree_util.tree_structure(
-                jax.tree_util.tree_unflatten(graph.out_treedef.to_jax(), [0] * graph.out_treedef.num_leaves)
-            )
+            own = _graph.own_output_structure(graph.compiled)
             _warm.save(self.function, warm_key, graph.compiled, own, self.before, store)
         self.graph = graph
         return graph
