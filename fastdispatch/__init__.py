@@ -49,7 +49,8 @@ if UNSUPPORTED is None:
     from fastdispatch.core import pytree as _pytree
     from fastdispatch.core.cache import CompiledFunctionCache, default_cache
     from fastdispatch.jax_jit.arg_signature import ArgSignature, arg_signature_of_value, is_float0
-    from fastdispatch.jax_jit.function import CompiledFunction, jit, set_post_hook
+    from fastdispatch.jax_jit.function import CompiledFunction, jit
+    from fastdispatch.jax_jit.post_hook import set_post_hook
     from fastdispatch.jax_jit.state import (
         JitState,
         get_enable_x64,

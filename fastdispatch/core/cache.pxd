@@ -35,10 +35,6 @@ cdef class FunctionCache:
                        double seconds)
     cdef void fail(self, CacheEntry entry, object error)
     cdef void remove(self, CacheEntry entry)
-    cdef inline void touch(self, CacheEntry entry):   # a hit
-        self.shared._clock += 1
-        self.shared._hits += 1
-        entry.last_used = self.shared._clock
 
 
 cdef class ByIdentity:
@@ -52,8 +48,10 @@ cdef class CompiledFunctionCache:
     cdef Py_ssize_t _capacity              # most entries, over all functions
     cdef Py_ssize_t _size                  # entries now, over all functions
     cdef dict _functions                   # (function ref, options) -> FunctionCache
-    cdef unsigned long long _clock         # LRU clock: ticks once per hit or insert
-    cdef unsigned long long _hits          # calls served by an entry compiled earlier
+    # The engine counts a hit here (Engine.execute): the clock ticks, the
+    # entry's last_used takes its reading.
+    cdef unsigned long long clock          # LRU clock: ticks once per hit or insert
+    cdef unsigned long long hits           # calls served by an entry compiled earlier
     cdef unsigned long long _misses        # entries inserted (compiles)
     cdef unsigned long long _evictions     # entries dropped for capacity
     cdef double _compile_seconds           # summed over completed compiles

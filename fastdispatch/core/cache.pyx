@@ -84,9 +84,9 @@ cdef class FunctionCache:
         cdef CacheEntry entry = CacheEntry.__new__(CacheEntry)
         entry.signature = signature
         entry.compiling_thread = threading.get_ident()
-        shared._clock += 1
+        shared.clock += 1
         shared._misses += 1
-        entry.last_used = shared._clock
+        entry.last_used = shared.clock
         self.entries[signature] = entry
         shared._size += 1
         while shared._size > shared._capacity:
@@ -254,7 +254,7 @@ cdef class CompiledFunctionCache:
 
     def stats(self):
         """Counters since creation: hits, misses (compiles), evictions, compile_seconds."""
-        return {"hits": self._hits, "misses": self._misses,
+        return {"hits": self.hits, "misses": self._misses,
                 "evictions": self._evictions, "compile_seconds": self._compile_seconds,
                 "size": self._size, "capacity": self._capacity}
 

@@ -1,31 +1,68 @@
 # The engine: one call's steps between a front end and the cache, written once.
 from cpython.object cimport PyObject
 from cpython.ref cimport Py_INCREF, Py_XDECREF
+from cpython.sequence cimport PySequence_Fast_ITEMS
+from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE, PyTuple_New, PyTuple_SET_ITEM
 from fastdispatch.core.cache cimport CacheEntry, FunctionCache
+from fastdispatch.core.keys cimport same_items
 from fastdispatch.core.pytree.treedef cimport TreeDef
 from fastdispatch.core.signature cimport CallSignature
 
-# One call as its front end received it.  The engine never reads the
-# arguments: it hands the call back to the front end's hooks.
+cdef extern from "Python.h":
+    ctypedef PyObject* (*vectorcallfunc)(PyObject* callable, PyObject* const* args,
+                                         size_t nargsf, PyObject* kwnames)
+    Py_ssize_t PyVectorcall_NARGS(size_t nargsf)
+
+# One call as its caller made it, in PEP 590's form (vectorcall): the
+# engine never reads the arguments, it hands the call to the front end's hooks.
 cdef struct Call:
     PyObject* function     # what the caller called: the report's function
-    # jit: the caller's argument array (PEP 590)
     PyObject** argv        # the positional arguments, then the keyword values
     size_t nargsf          # the positional count, with PEP 590's offset flag
     PyObject* kwnames      # the keyword names (a tuple), or NULL
-    # filter_jit, nnx.jit: the call's tuple and dict
-    PyObject* args
-    PyObject* kwargs
 
-
-# A call made with a tuple and a dict (filter_jit's, nnx.jit's).
-cdef inline void python_call(Call* call, object function, tuple args, dict kwargs) noexcept:
+# A call of `function` made with a tuple and a dict (through tp_call), laid
+# out as a vectorcall would pass it.  Returns what holds its argument array:
+# the caller keeps it for as long as the call runs.
+cdef inline tuple call_from(Call* call, object function, tuple args, dict kwargs):
+    cdef tuple values = args
+    cdef tuple names = None
     call.function = <PyObject*>function
-    call.args = <PyObject*>args
-    call.kwargs = <PyObject*>kwargs
-    call.argv = NULL
-    call.nargsf = 0
+    call.nargsf = PyTuple_GET_SIZE(args)
     call.kwnames = NULL
+    if kwargs:
+        values = args + tuple(kwargs.values())
+        names = tuple(kwargs)
+        call.kwnames = <PyObject*>names
+    call.argv = PySequence_Fast_ITEMS(values)
+    return (values, names)
+
+# The call's keyword names are `kwnames` (a tuple, or None).  Compared by
+# address: identifiers are interned, and a call site passes the very same
+# names (often the very same tuple) every time.
+cdef inline bint same_kwnames(Call* call, object kwnames) noexcept:
+    if call.kwnames == NULL or kwnames is None:
+        return call.kwnames == NULL and kwnames is None
+    return same_items(<tuple>call.kwnames, <tuple>kwnames)
+
+# A call's positional arguments, as a new tuple.
+cdef inline tuple call_args(Call* call):
+    cdef Py_ssize_t i, n = PyVectorcall_NARGS(call.nargsf)
+    cdef tuple args = PyTuple_New(n)
+    for i in range(n):
+        Py_INCREF(<object>call.argv[i])
+        PyTuple_SET_ITEM(args, i, <object>call.argv[i])
+    return args
+
+# A call's keyword arguments, as a new dict.
+cdef inline dict call_kwargs(Call* call):
+    cdef dict kwargs = {}
+    if call.kwnames == NULL:
+        return kwargs
+    cdef Py_ssize_t i, nargs = PyVectorcall_NARGS(call.nargsf)
+    for i in range(PyTuple_GET_SIZE(<tuple>call.kwnames)):
+        kwargs[<object>PyTuple_GET_ITEM(<tuple>call.kwnames, i)] = <object>call.argv[nargs + i]
+    return kwargs
 
 # The clock readings of one traced call; the report's phases lie between them.
 # The same boundaries open and close the call's jax.profiler spans.
@@ -78,12 +115,8 @@ cdef int stamp_end(Call* call, CallTimes* times, bint hit, long long compile_ns,
 # The trace sink (fastdispatch.tracing) while tracing is on, else None.
 cdef object trace_sink()
 
-# jax's state at a call: no transformation is tracing right now; the reason
-# that state gives for the library to run the call (a transformation, or
-# jax_debug_nans on), else None; the trace context, part of every key.
+# jax's state: no transformation is tracing right now.
 cdef bint trace_state_clean() noexcept
-cdef str jax_state_hand_off()
-cdef tuple trace_context()
 
 # The warm-start store (fastdispatch.warm.WarmStart) while warm start is on,
 # else None.
@@ -99,7 +132,7 @@ cdef struct Found:
     PyObject* treedef      # parse: the structure of the traced arguments
     PyObject* leaves       # parse: the executable's inputs (a list or a tuple)
     PyObject* static_args  # parse: (label, type, value) triples, in key order
-    PyObject* context      # parse: jax's trace context
+    PyObject* context      # jax's trace context, read before parse: part of every key
     PyObject* arg_names    # parse: the leaves' argument names, for reports
     PyObject* front        # parse: how reports name the leaves (or NULL)
     # parse: what the front end keeps open across the steps (nnx.jit: flax's
@@ -119,11 +152,10 @@ cdef inline void keep(PyObject** field, object value) noexcept:
 
 # What the front end's parse found: the call's traced arguments, for `find`.
 cdef inline void found_arguments(Found* found, object treedef, object leaves, tuple static_args,
-                                 tuple context, tuple arg_names, object front) noexcept:
+                                 tuple arg_names, object front) noexcept:
     keep(&found.treedef, treedef)
     keep(&found.leaves, leaves)
     keep(&found.static_args, static_args)
-    keep(&found.context, context)
     keep(&found.arg_names, arg_names)
     keep(&found.front, front)
 
@@ -142,6 +174,9 @@ cdef class PreviousCall:
 
 
 cdef class Engine:
+    # The PEP 590 entry point of the types given install_vectorcall: Python's
+    # way into every call of theirs (found through tp_vectorcall_offset).
+    cdef vectorcallfunc vectorcall_slot
     cdef FunctionCache executables         # this function's part of the shared LRU
     cdef str span_name                     # its calls' span under jax.profiler
     cdef str library                       # the span of a call the library runs: "jax.jit"...
@@ -177,3 +212,8 @@ cdef class Engine:
     cdef void guard_passed(self, Call* call, PreviousCall previous, list leaves)
     cdef void handed_off(self, Call* call, CacheEntry entry, str reason)
     cdef object returned(self, Call* call, object out)
+
+
+# Give a final Engine subclass Python's vectorcall (PEP 590): its calls go
+# straight to Engine.call, with the caller's argument array.
+cdef void install_vectorcall(type kind)

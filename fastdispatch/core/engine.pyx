@@ -4,10 +4,12 @@
 Every front end (``jit``, ``filter_jit``, ``nnx.jit``) is an Engine.  One call
 is ``Engine.call``, which reads as jaxlib's pjit.cc reads its own Call:
 
-  parse      the front end's: jax's state (a transformation tracing,
-             jax_debug_nans on), its guard, the call's leaves and static
-             parts (flatten, bind, split the graph); or the entry its own
-             guard proved
+  state      jax's: a transformation tracing right now, or jax_debug_nans
+             on, hands the call off; else jax's trace context, part of
+             every key (``found.context``)
+  parse      the front end's: its guard, the call's leaves and static parts
+             (flatten, bind, split the graph); or the entry its own guard
+             proved
   find       the guard against the previous call's own signature, else a
              CallSignature looked up in the function's cache; a miss
              compiles (``compile``: the library's own call, ``library_call``,
@@ -20,27 +22,21 @@ is ``Engine.call``, which reads as jaxlib's pjit.cc reads its own Call:
              runs, with the reason recorded (reasons: fastdispatch._reasons);
              once, at the bottom of ``call``, so that an error it raises
              crosses few of our frames
-  returned   the front end's post hook, after every call
+  returned   the front end's post hook, while one is set (jit's)
 
 Each step returns why the library should run the call, or None, and fills
-the call's ``Found`` (core/engine.pxd).  A front end is one Engine subclass
-that supplies ``parse``, ``library_call`` and ``build`` and, where it guards
-more than the signature, ``remember``, ``guard_passed`` and ``handed_off``;
-``returned`` for a post hook; ``warm_key`` and ``build_loaded`` where its
-executables can be stored.  Every hook is given the call and its Found.  A
-front end whose parse opens something the later steps need (nnx.jit: flax's
-split, inside flax's update context, which flax's call and merge on a miss
-need) leaves it in ``found.scope``; the engine closes it when the steps end,
-before a hand-off.
+the call's ``Found`` (core/engine.pxd).  A front end is an Engine subclass
+with the hooks below, each given the call and its Found; what its parse
+opens for the later steps (nnx.jit: flax's split, in flax's update context)
+it leaves in ``found.scope``, which the engine closes when the steps end.
 """
 from cpython.object cimport PyObject
 from cpython.ref cimport Py_INCREF, Py_XDECREF
 from libc.string cimport memset
 
-from fastdispatch.core.cache cimport CacheEntry
+from fastdispatch.core.cache cimport CacheEntry, CompiledFunctionCache
 from fastdispatch.core.clock cimport now_ns
-from fastdispatch.core.execute cimport HandOff
-from fastdispatch.core.outputs cimport Outputs
+from fastdispatch.core.execute cimport HandOff, Outputs
 from fastdispatch.core.pytree.treedef cimport TreeDef
 from fastdispatch.core.signature cimport (
     CallSignature, LeafKind, LEAF_HOST, LEAF_OTHER, LEAF_TRACER, UNHASHABLE_STATIC, make_signature)
@@ -118,7 +114,19 @@ cdef object trace_sink():
 
 
 cdef bint trace_state_clean() noexcept:
+    # Engine.call reads the same, written out on its hot path.
     return getattr(_trace_state, _trace_state_attr) is _clean_trace_state
+
+
+# Whether a post hook is set (jit's set_post_hook): only then does a call end
+# in its front end's ``returned``.
+cdef bint _post_hooks = False
+
+
+def post_hooks_set(bint on):
+    """A post hook was set (``on``) or the last one removed."""
+    global _post_hooks
+    _post_hooks = on
 
 
 # jax_debug_nans / jax_debug_infs: whether either may be on (_jax's watch sets
@@ -135,22 +143,6 @@ def _special_checks_changed(maybe_on):
 
 
 _jax.watch_special_checks(_special_checks_changed)
-
-
-cdef str jax_state_hand_off():
-    """Why jax's state has the library run this call, or None: a
-    transformation tracing right now (jax stages the call), or jax checking
-    outputs for NaNs or infinities (jax.jit does, in its post hook, and the
-    fast path does not)."""
-    if not trace_state_clean():
-        return _TRACER
-    if _special_checks_maybe_on and _needs_special_checks():
-        return _DEBUG_NANS
-    return None
-
-
-cdef tuple trace_context():
-    return _trace_context()
 
 
 cdef int stamp(CallTimes* times, Stage stage, str next_phase, str reason) except -1:
@@ -281,12 +273,44 @@ cdef CallSignature _reported_signature(Found* found):
     return None
 
 
+cdef extern from "Python.h":
+    unsigned long Py_TPFLAGS_HAVE_VECTORCALL
+    ctypedef struct _VectorcallType "PyTypeObject":
+        Py_ssize_t tp_vectorcall_offset
+        unsigned long tp_flags
+
+
+cdef object _vectorcall(Engine self, PyObject** argv, size_t nargsf, PyObject* kwnames):
+    # The slot of every type given install_vectorcall.
+    cdef Call call
+    call.function = <PyObject*>self
+    call.argv = argv
+    call.nargsf = nargsf
+    call.kwnames = kwnames
+    if self.executables is None:
+        raise TypeError(f"{type(self).__name__} was created without __init__")
+    return self.call(&call)
+
+
+cdef void install_vectorcall(type kind):
+    # Cython gives cdef classes tp_call only; point the type's vectorcall slot
+    # at the instance field that Engine.__cinit__ fills.  Only a final type:
+    # a subclass would inherit a slot that skips its own __call__.
+    cdef Engine probe = kind.__new__(kind)
+    cdef _VectorcallType* type_object = <_VectorcallType*>kind
+    type_object.tp_vectorcall_offset = <char*>&probe.vectorcall_slot - <char*><PyObject*>probe
+    type_object.tp_flags |= Py_TPFLAGS_HAVE_VECTORCALL
+
+
 cdef class Engine:
     """One function's fast path: the steps of a call, with a front end's hooks."""
 
+    def __cinit__(self):
+        self.vectorcall_slot = <vectorcallfunc>_vectorcall
+
     cdef object call(self, Call* call):
-        """One call: parse, find (a miss compiles), execute; else the one
-        hand-off; then the post hook."""
+        """One call: jax's state, parse, find (a miss compiles), execute; else
+        the one hand-off; then, while one is set, the post hook."""
         cdef CallTimes times
         cdef Found found
         memset(&found, 0, sizeof(Found))
@@ -299,7 +323,16 @@ cdef class Engine:
             times.start = now_ns()
         try:
             try:
-                reason = self.parse(call, &found, &times)
+                # jax's state first: a transformation tracing right now stages
+                # the call (no context is read), and with jax_debug_nans on
+                # jax checks the outputs (jax.jit does, in its post hook).
+                if getattr(_trace_state, _trace_state_attr) is not _clean_trace_state:
+                    reason = _TRACER
+                elif _special_checks_maybe_on and _needs_special_checks():
+                    reason = _DEBUG_NANS
+                else:
+                    keep(&found.context, _trace_context())
+                    reason = self.parse(call, &found, &times)
                 if reason is None and found.entry == NULL and found.out == NULL:
                     reason = self.find(call, &found, &times)
                 if reason is None and found.out == NULL:
@@ -326,7 +359,9 @@ cdef class Engine:
                     _end_phase(&times)   # still open when the call raised
                 finally:
                     _end_span(span, None, None, None)
-        return self.returned(call, out)
+        if _post_hooks:
+            return self.returned(call, out)
+        return out
 
     cdef str find(self, Call* call, Found* found, CallTimes* times):
         """The entry of the call's leaves and static parts: by the guard, or
@@ -452,7 +487,10 @@ cdef class Engine:
         library runs it (an entry it runs for numpy arguments or effects, a
         HandOff from the executable)."""
         cdef CacheEntry entry = <CacheEntry>found.entry
-        self.executables.touch(entry)
+        cdef CompiledFunctionCache lru = self.executables.shared
+        lru.clock += 1   # a hit: the shared LRU counts it, and the entry is its latest use
+        lru.hits += 1
+        entry.last_used = lru.clock
         if entry.executable is None:
             # An entry the library runs (numpy arguments, effects): still a
             # hit, found by the guard, so the hand-off costs as little as it can.
@@ -542,7 +580,8 @@ cdef class Engine:
         called for jax's state (``parse``'s reasons, disable_jit)."""
 
     cdef object returned(self, Call* call, object out):
-        """The output, after the call's post hook (jit's)."""
+        """The output, after the call's post hook (jit's); called only while
+        a post hook is set."""
         return out
 
     # -- what a front end hands the tools ------------------------------------

@@ -1,5 +1,7 @@
 # The execute layer: one compiled executable, run straight through PjRt.
+cimport cython
 from cpython.object cimport PyObject
+from fastdispatch.core.pytree.treedef cimport TreeDef
 from fastdispatch.core.signature cimport CallSignature, LeafKind
 
 # Why Executable.run handed a call back to jax.jit: the reason --trace shows.
@@ -28,9 +30,6 @@ cdef class Inputs:
     # (a host value that does not convert, host data or a new scalar value
     # jax converts faster).
     cdef object prepare(self, object leaves)
-    # For new_scalars_hand_off: some scalar leaf holds a value neither kept on
-    # device nor the previous call's: jax.jit should take the call.
-    cdef bint new_scalar_in(self, PyObject** leaves)
     cdef bint _is_new(self, Py_ssize_t input, object bits)
     cdef object _scalar_buffer(self, Py_ssize_t input, object value, bint reuse)
 
@@ -74,3 +73,23 @@ cdef enum:
 # the library must run it instead.
 cdef Executable make_executable(object compiled, CallSignature signature, list leaves,
                                 bint donates, Py_ssize_t calls_before_hand_off)
+
+
+cdef class Outputs:
+    # The call's result from the executable's flat outputs (a list).
+    cdef object rebuild(self, list outputs)
+
+
+@cython.final
+cdef class OutputTree(Outputs):
+    cdef TreeDef treedef           # ours, agreeing with jax's exactly; None: jax's rebuilds
+    cdef object jax_treedef        # jax's PyTreeDef of the outputs
+    cdef bint single               # the output is one array, not a tree
+
+
+# The Outputs of a jax executable whose output tree is `jax_treedef`.
+cdef OutputTree output_tree(object jax_treedef)
+
+# Our TreeDef for jax's PyTreeDef ``jax_treedef``, or None when the two would
+# not agree exactly.
+cdef TreeDef our_treedef(object jax_treedef)

@@ -1,7 +1,7 @@
 # cython: boundscheck=False, wraparound=False
 """The execute layer: an Executable runs one compiled jax executable on a call's
-flat leaves, straight through PjRt, and returns its flat outputs (the front
-end's Outputs rebuild the result: fastdispatch.core.outputs).
+flat leaves, straight through PjRt, and returns its flat outputs; the entry's
+Outputs rebuild the call's result from them.
 
     Inputs.prepare(leaves) -> execute_sharded(kept inputs)
         -> consume_with_handlers(out handlers)
@@ -28,6 +28,8 @@ from cpython.tuple cimport PyTuple_GET_ITEM
 from libc.string cimport memcpy
 
 from fastdispatch.core.clock cimport now_ns
+from fastdispatch.core.pytree.flatten cimport flatten_into
+from fastdispatch.core.pytree.treedef cimport TreeDef
 from fastdispatch.core.signature cimport (
     CallSignature, LeafKey, LeafKind, LEAF_ARRAY, LEAF_HOST, LEAF_KEY, LEAF_SCALAR, int_fits,
     plain_host_value)
@@ -238,14 +240,6 @@ cdef class Inputs:
                 self.new_scalars_hand_off = self.later_scalars_hand_off
                 self.host_hand_off = self.later_host_hand_off
         return buffers
-
-    cdef bint new_scalar_in(self, PyObject** leaves):
-        cdef Py_ssize_t j
-        for j in range(self.num_inputs):
-            if self.input_kind[j] == LEAF_SCALAR and self._is_new(
-                    j, _scalar_bits(<object>leaves[self.input_leaf[j]])):
-                return True
-        return False
 
     cdef bint _is_new(self, Py_ssize_t input, object bits):
         """A value of this scalar input neither kept on device nor the one the
@@ -461,3 +455,65 @@ cdef Executable make_executable(object compiled, CallSignature signature, list l
     executable.calls_host = parts.calls_host
     executable.paced = len(parts.devices) > 1 and parts.devices[0].platform == "cpu"
     return executable
+
+
+# -- Outputs: how the flat outputs become the call's result -----------------
+# Each front end has its own kind: ``jit`` rebuilds jax's output tree
+# (OutputTree, here); ``filter_jit`` mixes arrays with the static leaves its
+# trace returned (equinox's OutputRecipe); ``nnx.jit`` writes the graph's new
+# values back into its Variables first (nnx's Record).
+
+cdef class Outputs:
+    """The result of a call from its executable's flat outputs."""
+
+    cdef object rebuild(self, list outputs):
+        raise NotImplementedError
+
+
+cdef class OutputTree(Outputs):
+    """jax's output tree, rebuilt by our TreeDef where the two agree."""
+
+    cdef object rebuild(self, list outputs):
+        if self.single:
+            return <object>PyList_GET_ITEM(outputs, 0)
+        if self.treedef is not None:
+            return self.treedef.unflatten(outputs)
+        return self.jax_treedef.unflatten(outputs)
+
+
+cdef OutputTree output_tree(object jax_treedef):
+    cdef OutputTree tree = OutputTree.__new__(OutputTree)
+    tree.jax_treedef = jax_treedef
+    tree.treedef = our_treedef(jax_treedef)
+    tree.single = (tree.treedef is not None and tree.treedef.num_nodes == 1
+                   and tree.treedef.num_leaves == 1)
+    return tree
+
+
+cdef class _Marker:
+    # A stand-in leaf, to read the order in which a tree flattens.
+    cdef Py_ssize_t index
+
+
+cdef TreeDef our_treedef(jax_treedef):
+    """Our TreeDef for jax's, or None when the two would not agree exactly
+    (a registered type whose constructor refuses stand-in leaves, say)."""
+    cdef Py_ssize_t i, n = jax_treedef.num_leaves
+    cdef list markers = []
+    cdef _Marker marker
+    for i in range(n):
+        marker = _Marker.__new__(_Marker)
+        marker.index = i
+        markers.append(marker)
+    try:
+        tree = jax_treedef.unflatten(markers)
+    except Exception:
+        return None
+    cdef list leaves = []
+    cdef TreeDef treedef = flatten_into(tree, leaves)
+    if len(leaves) != n:
+        return None
+    for i in range(n):
+        if leaves[i] is not markers[i]:
+            return None
+    return treedef

@@ -62,7 +62,7 @@ cdef class CallSignature:
     cdef bint matches_call(self, TreeDef treedef, list leaves, tuple static_args,
                            tuple context)
     # The same guard on the leaves alone, taken straight from a call's
-    # argument array (see _dispatch.CallLayout) or a graph's slots (_nnx):
+    # argument array (see jit's CallLayout) or a graph's slots (_nnx):
     # the structure is the same by construction; jax's context is compared
     # by same_context.
     cdef bint matches_leaves(self, PyObject** leaves, Py_ssize_t n)

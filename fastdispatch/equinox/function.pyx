@@ -38,12 +38,12 @@ from fastdispatch.core.pytree.paths import leaf_paths
 from fastdispatch.core.signature cimport (
     CallSignature, LeafKind, LEAF_ARRAY, LEAF_HOST, LEAF_KEY, LEAF_SCALAR, LEAF_TRACER, LEAF_OTHER,
     classify_leaf)
-from fastdispatch.core.execute cimport NEVER_HAND_OFF, Executable, make_executable
+from fastdispatch.core.execute cimport (
+    NEVER_HAND_OFF, Executable, Outputs, make_executable, our_treedef)
 from fastdispatch.core.cache cimport CacheEntry, CompiledFunctionCache
-from fastdispatch.core.outputs cimport Outputs, our_treedef
 from fastdispatch.core.engine cimport (
-    Call, CallTimes, Engine, Found, PreviousCall, found_arguments, found_entry, python_call,
-    trace_context, jax_state_hand_off, warm_store)
+    Call, CallTimes, Engine, Found, PreviousCall, call_args, call_from, call_kwargs,
+    found_arguments, found_entry, warm_store)
 from fastdispatch.equinox.bind cimport BindPlan, bound_argument, make_plan
 from fastdispatch.equinox.same_call cimport SameCall, record_same
 from fastdispatch.core.cache import default_cache
@@ -323,13 +323,10 @@ cdef class FilterDispatcher(Engine):
     cdef str parse(self, Call* call, Found* found, CallTimes* times):
         """Bind, flatten and partition as equinox does, for the engine's find;
         or the entry of a SameCall."""
-        cdef tuple args = <tuple>call.args
-        cdef dict kwargs = <dict>call.kwargs
+        cdef tuple args = call_args(call)
+        cdef dict kwargs = call_kwargs(call)
         cdef dict fields = PyObject_GenericGetDict(<object>call.function, NULL)
-        reason = jax_state_hand_off()
-        if reason is not None:   # first: a hand-off under a transformation needs no context
-            return reason
-        context = trace_context()
+        cdef tuple context = <tuple>found.context
         cdef BindPlan plan = self.plan_for(<object>PyDict_GetItem(fields, _SIGNATURE), args, kwargs)
         if plan.refused:
             return _ARGUMENT_BINDING
@@ -361,7 +358,7 @@ cdef class FilterDispatcher(Engine):
             return _HOST_DATA
         static_args = _static_part(<object>PyDict_GetItem(fields, _STATIC_FUN),
                                    donate_first, donate_rest, static)
-        found_arguments(found, treedef, inputs, static_args, context, plan.arg_names, _FRONT)
+        found_arguments(found, treedef, inputs, static_args, plan.arg_names, _FRONT)
         return None
 
     cdef str _partition(self, TreeDef treedef, tuple bound, list leaves, tuple static, list dynamic,
@@ -427,8 +424,8 @@ cdef class FilterDispatcher(Engine):
         cdef SameCall same = None
         try:
             fields = PyObject_GenericGetDict(<object>call.function, NULL)
-            plan = self.plan_for(<object>PyDict_GetItem(fields, _SIGNATURE), <tuple>call.args,
-                                 <dict>call.kwargs)
+            plan = self.plan_for(<object>PyDict_GetItem(fields, _SIGNATURE), call_args(call),
+                                 call_kwargs(call))
             same = record_same(call, previous, leaves, plan)
         except Exception:
             pass   # not recorded: the call runs as it would have
@@ -439,7 +436,7 @@ cdef class FilterDispatcher(Engine):
 
     cdef object library_call(self, Call* call, Found* found):
         """equinox's own call (its frames, warnings and errors)."""
-        return self.equinox_call(<object>call.function, *<tuple>call.args, **<dict>call.kwargs)
+        return self.equinox_call(<object>call.function, *call_args(call), **call_kwargs(call))
 
     cdef tuple build(self, Call* call, Found* found, CacheEntry entry, object out):
         """equinox's executable for the call it just ran, from its lowering,
@@ -449,7 +446,7 @@ cdef class FilterDispatcher(Engine):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             lowered = self.equinox_lower(
-                <object>call.function, *<tuple>call.args, **<dict>call.kwargs).lowered
+                <object>call.function, *call_args(call), **call_kwargs(call)).lowered
             compiled = lowered.compile()
         cdef Executable executable
         cdef OutputRecipe recipe
@@ -511,5 +508,5 @@ def call(wrapper, *args, **kwargs):
     if found == NULL or type(<object>found) is not FilterDispatcher:
         raise TypeError(f"{type(wrapper).__name__} was not made by fastdispatch.filter_jit")
     cdef Call one
-    python_call(&one, wrapper, args, kwargs)
+    _held = call_from(&one, wrapper, args, kwargs)   # the argument array, while the call runs
     return (<FilterDispatcher>found).call(&one)

@@ -12,6 +12,7 @@ from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from cpython.object cimport Py_EQ, PyObject, PyObject_RichCompareBool
 from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE
 
+from fastdispatch.core.engine cimport call_args, call_kwargs
 from fastdispatch.core.signature cimport LeafKind, LEAF_ARRAY, LEAF_KEY, classify_leaf
 from fastdispatch.equinox.bind cimport bound_argument
 from fastdispatch.equinox.unchanged cimport record_unchanged
@@ -114,8 +115,8 @@ cdef SameCall record_same(Call* call, PreviousCall previous, list leaves, BindPl
     """A SameCall for this call (bound by ``plan``), which ``previous``'s
     entry serves with these inputs; None when identity cannot prove its
     successors alike."""
-    cdef tuple args = <tuple>call.args
-    cdef dict kwargs = <dict>call.kwargs
+    cdef tuple args = call_args(call)
+    cdef dict kwargs = call_kwargs(call)
     cdef object wrapper = <object>call.function
     cdef dict fields = PyObject_GenericGetDict(wrapper, NULL)
     cdef CacheEntry entry = previous.entry

@@ -4,22 +4,32 @@ from cpython.object cimport PyObject
 from fastdispatch.core.cache cimport CacheEntry, CompiledFunctionCache
 from fastdispatch.core.engine cimport Call, CallTimes, Engine, PreviousCall
 from fastdispatch.core.signature cimport CallSignature
-from fastdispatch.jax_jit.layout cimport CallLayout
 
-cdef extern from "Python.h":
-    ctypedef PyObject* (*vectorcallfunc)(PyObject* callable, PyObject* const* args,
-                                         size_t nargsf, PyObject* kwnames)
+
+@cython.final
+cdef class CallLayout:
+    cdef object kwnames                    # the call's keyword names (a tuple), or None
+    cdef Py_ssize_t nargs                  # positional arguments
+    cdef tuple leaf_index                  # argv index of each leaf, flatten order; None: 0..nargs-1
+    # Per leaf_index entry: None (a leaf), or the exact list or tuple type
+    # whose items are its leaves; None for all: every entry is a leaf.
+    cdef tuple containers
+    cdef tuple lengths                     # per leaf_index entry: the container's length (0 for a leaf)
+    cdef tuple static_index                # argv index of each static argument, static_args order
+    # The leaves, in flatten order, of a call laid out like this one whose
+    # leaves and static arguments pass the signature's guard (jax's context is
+    # not compared here); else None.
+    cdef tuple guard(self, Call* call, CallSignature signature)
+    cdef tuple _gather(self, PyObject** argv)
 
 
 @cython.final
 cdef class PreviousJitCall(PreviousCall):
     cdef CallLayout layout                 # its layout, when all its arguments were leaves
-    cdef bint hand_off_guarded             # jax.jit runs its entry for the leaves' sake (numpy)
 
 
 @cython.final
 cdef class CompiledFunction(Engine):
-    cdef vectorcallfunc _vectorcall_slot   # PEP 590 entry point, found via tp_vectorcall_offset
     cdef readonly object fun               # the Python function being jitted
     cdef object _jitted                    # jax.jit(fun, same options): what a hand-off runs
     cdef readonly dict _options            # the jit options given: pickling, the warm-start key
@@ -32,7 +42,6 @@ cdef class CompiledFunction(Engine):
     cdef dict __dict__                     # as functools.wraps fills it
     cdef object __weakref__
 
-    cdef tuple _split_static(self, tuple args, dict kwargs)
     cdef tuple _from_compiled(self, CacheEntry entry, list leaves, object compiled,
                               Py_ssize_t calls_before_hand_off)
     cdef object _warm_save(self, CacheEntry entry, object compiled, object traced, str reason)

@@ -3,62 +3,56 @@
 
 A call takes the engine's steps (core/engine.pyx's docstring lists them);
 jit's own is ``parse``, in this order:
-  guard      f(a, b, ...) laid out as the previous call: its leaves and static
-             arguments checked in the caller's argument array (vectorcall);
-             a call jax.jit takes for its leaves' sake (numpy values, a step
-             counter's new value) is handed off here, before anything is read
-  state      a transformation tracing right now, jax_debug_nans, or a setting
-             jax.jit runs itself (disable_jit): handed off; else a guarded
-             call runs the previous call's entry
+  memo       a call shaped as the last one jax.jit took for what its
+             arguments are (numpy values, a new step count, an unhashable
+             static argument) goes to jax.jit before anything is read
+  settings   jax's context changed since the previous call: a setting jax.jit
+             runs itself (disable_jit) hands the call off
+  guard      f(a, b, ...) laid out as the previous call (CallLayout): its
+             leaves and static arguments checked in the caller's argument
+             array, and the previous call's entry runs it
   flatten    static args split off; dynamic args -> leaves + TreeDef, for
              the engine's find
 
-Python calls arrive through the vectorcall slot, the only way in (``__call__``
+Python calls arrive through the engine's vectorcall slot (``__call__``
 forwards to it).  Whatever the fast path cannot run, jax.jit itself runs (the
 engine's hand-off), with the reason recorded for ``--trace``; so results never
 differ from jax.jit's.
 """
 import functools
 import inspect
-import threading
 import types
 
 cimport cython
 from cpython.object cimport PyObject
+from cpython.ref cimport Py_INCREF
 from cpython.sequence cimport PySequence_Fast_ITEMS
-from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE
+from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE, PyTuple_New, PyTuple_SET_ITEM
 
 from fastdispatch.core.cache cimport CacheEntry, CompiledFunctionCache
 from fastdispatch.core.engine cimport (
-    Call, CallTimes, Engine, Found, PreviousCall, found_arguments, found_entry, keep,
-    trace_context, trace_sink, jax_state_hand_off, warm_store)
-from fastdispatch.core.execute cimport HAND_OFF_NOW, Executable, make_executable
-from fastdispatch.core.outputs cimport output_tree
+    Call, CallTimes, Engine, Found, PyVectorcall_NARGS, call_args, call_from, call_kwargs,
+    found_arguments, found_entry, install_vectorcall, same_kwnames, trace_sink, warm_store)
+from fastdispatch.core.execute cimport HAND_OFF_NOW, make_executable, output_tree
 from fastdispatch.core.pytree.flatten cimport flatten_into
 from fastdispatch.core.pytree.treedef cimport TreeDef
-from fastdispatch.core.signature cimport CallSignature
-from fastdispatch.jax_jit.layout cimport CallShape, layout_of, shape_of, tuple_from_array
+from fastdispatch.core.signature cimport CallSignature, LEAF_HOST, classify_leaf
+from fastdispatch.jax_jit.layout cimport CallShape, shape_of, split_static
 from fastdispatch.core.cache import default_cache
 from fastdispatch import _jax, _reasons
 from fastdispatch._reasons import MustHandOff
 from fastdispatch.jax_jit import warm as _warm
+from fastdispatch.jax_jit.post_hook import call_post_hook
 
 cdef extern from "Python.h":
-    Py_ssize_t PyVectorcall_NARGS(size_t nargsf)
     object PyObject_Vectorcall(object callable, PyObject** args, size_t nargsf,
                                PyObject* kwnames)
-    unsigned long Py_TPFLAGS_HAVE_VECTORCALL
-    ctypedef struct _VectorcallType "PyTypeObject":
-        Py_ssize_t tp_vectorcall_offset
-        unsigned long tp_flags
 
 
 cdef object _settings_hand_off = _jax.settings_hand_off
 cdef str _HOST_DATA = _reasons.HOST_DATA
 cdef str _NEW_SCALAR = _reasons.NEW_SCALAR
 cdef str _JAX_JIT = "jax.jit"
-cdef str _NOT_MADE_BY_JIT = ("CompiledFunction was created without __init__: "
-                             "make one with fastdispatch.jit(fun)")
 
 # The calls whose numpy values and new Python scalars an entry loaded by warm
 # start converts itself, before it leaves them to jax.jit as a compiled entry
@@ -69,95 +63,139 @@ cdef str _NOT_MADE_BY_JIT = ("CompiledFunction was created without __init__: "
 # (a flax TrainState step over numpy batches: ~5 ms converted here first).
 LOADED_CALLS_BEFORE_JAX = 256
 
-# Post hooks: the global one, and a count of threads that set their own so
-# that a call looks at thread-local storage only when one might be there.
-cdef object _global_post_hook = None
-cdef int _thread_post_hooks = 0
-_thread_local = threading.local()
 
+@cython.final
+cdef class CallLayout:
+    """Where the leaves of a call sit in its argument array, for calls whose
+    every dynamic argument is a leaf or a list or tuple of leaves, e.g.
+    ``f(x, y)``, ``f(x, lr=0.1, mode="eval")``, ``f(x, 3, y=y)`` with the 3
+    static, or ``f(x, w=[w1, w2], b=[b1, b2])``.
 
-def set_post_hook(hook, *, thread_local=False):
-    """Call ``hook(function, args, kwargs, output)`` after every call.
+    A call with the same keyword names, in the same order, as many positional
+    arguments, and lists and tuples of the same lengths where the previous
+    call had them, has the previous call's structure: its leaves can be read
+    from the array, in jax's order (positional, then keywords by sorted name;
+    a list's items in order), without flattening, and its static values
+    compared in place."""
 
-    With ``thread_local=True`` the hook applies to the calling thread only and
-    replaces the global one there.  ``None`` removes the hook.
-    """
-    global _global_post_hook, _thread_post_hooks
-    if hook is not None and not callable(hook):
-        raise TypeError(f"set_post_hook: hook must be callable or None, got {hook!r}")
-    if not thread_local:
-        _global_post_hook = hook
-        return
-    had_hook = getattr(_thread_local, "post_hook", None) is not None
-    _thread_local.post_hook = hook
-    _thread_post_hooks += (hook is not None) - had_hook
-
-
-def get_post_hook(*, thread_local=False):
-    """The hook ``set_post_hook`` set: the global one, or with
-    ``thread_local=True`` the calling thread's own (None where it has none)."""
-    if thread_local:
-        return getattr(_thread_local, "post_hook", None)
-    return _global_post_hook
-
-
-cdef inline object _current_post_hook():
-    if _thread_post_hooks:
-        hook = getattr(_thread_local, "post_hook", None)
-        if hook is not None:
-            return hook
-    return _global_post_hook
-
-
-def _call_post_hook(CompiledFunction fn, tuple args, dict kwargs, out):
-    hook = _current_post_hook()
-    if hook is not None:
-        hook(fn, args, {} if kwargs is _NO_KWARGS else kwargs, out)
-
-
-# The dynamic kwargs of a call with no keyword arguments, or only static ones;
-# never mutated, and never handed to user code (the post hook gets a new dict).
-cdef dict _NO_KWARGS = {}
-
-
-def _first(triple):
-    return triple[0]
-
-
-cdef dict _kwargs_from_array(PyObject** items, Py_ssize_t nargs, PyObject* kwnames):
-    if kwnames == NULL:
-        return _NO_KWARGS
-    cdef tuple names = <tuple>kwnames
-    cdef dict kwargs = {}
-    cdef Py_ssize_t i
-    for i in range(PyTuple_GET_SIZE(names)):
-        kwargs[<object>PyTuple_GET_ITEM(names, i)] = <object>items[nargs + i]
-    return kwargs
-
-
-cdef inline str _hand_off_reason(PreviousJitCall previous, tuple leaves):
-    """Why jax.jit takes this call, laid out as the previous one (its
-    ``leaves``), whatever jax's context, or None: the previous call's entry is
-    one jax.jit runs for its numpy leaves, or this call brings a Python scalar
-    value its executable leaves to jax (see Inputs.new_scalar_in)."""
-    if previous.hand_off_guarded:
-        return _HOST_DATA
-    cdef Executable executable = previous.entry.executable
-    if executable is None:
+    cdef tuple guard(self, Call* call, CallSignature signature):
+        """The call's leaves, in flatten order, where the call is laid out as
+        this one and they and its static arguments pass the signature's
+        guard; else None."""
+        cdef PyObject** argv = call.argv
+        cdef Py_ssize_t i, nargs = PyVectorcall_NARGS(call.nargsf)
+        cdef tuple leaves
+        if nargs != self.nargs or not same_kwnames(call, self.kwnames):
+            return None
+        # Static values, (label, type, value) triples in static_index's order.
+        cdef tuple static_args = signature.static_args
+        for i in range(PyTuple_GET_SIZE(self.static_index)):
+            value = <object>argv[<Py_ssize_t><object>PyTuple_GET_ITEM(self.static_index, i)]
+            expected = <object>PyTuple_GET_ITEM(static_args, 3 * i + 2)
+            if type(value) is not <object>PyTuple_GET_ITEM(static_args, 3 * i + 1):
+                return None
+            if value is not expected:
+                try:
+                    if not value == expected:
+                        return None
+                except Exception:
+                    return None    # flatten's path reports it as jax does
+        if self.leaf_index is None:
+            leaves = PyTuple_New(nargs)
+            for i in range(nargs):
+                Py_INCREF(<object>argv[i])
+                PyTuple_SET_ITEM(leaves, i, <object>argv[i])
+        else:
+            leaves = self._gather(argv)
+            if leaves is None:
+                return None
+        if signature.matches_leaves(PySequence_Fast_ITEMS(leaves), PyTuple_GET_SIZE(leaves)):
+            return leaves
         return None
-    if executable.inputs.host_hand_off:
-        return _HOST_DATA
-    if executable.inputs.new_scalars_hand_off and executable.inputs.new_scalar_in(
-            PySequence_Fast_ITEMS(leaves)):
-        return _NEW_SCALAR
-    return None
+
+    cdef tuple _gather(self, PyObject** argv):
+        """The leaves at leaf_index, or None where a list or tuple is not the
+        previous call's type and length."""
+        cdef Py_ssize_t i, n = PyTuple_GET_SIZE(self.leaf_index)
+        cdef tuple leaves
+        cdef object item
+        if self.containers is None:
+            leaves = PyTuple_New(n)
+            for i in range(n):
+                item = <object>argv[<Py_ssize_t><object>PyTuple_GET_ITEM(self.leaf_index, i)]
+                Py_INCREF(item)
+                PyTuple_SET_ITEM(leaves, i, item)
+            return leaves
+        cdef list gathered = []
+        for i in range(n):
+            item = <object>argv[<Py_ssize_t><object>PyTuple_GET_ITEM(self.leaf_index, i)]
+            kind = <object>PyTuple_GET_ITEM(self.containers, i)
+            if kind is None:
+                gathered.append(item)
+            elif (type(item) is kind and len(item)
+                    == <Py_ssize_t><object>PyTuple_GET_ITEM(self.lengths, i)):
+                gathered.extend(item)
+            else:
+                return None
+        return tuple(gathered)
+
+
+cdef inline object _container_of(object value):
+    """The exact list or tuple type of a value whose items are all leaves jax
+    keys (``f(x, w=[w1, w2])``), else None."""
+    cdef type kind = type(value)
+    if kind is not list and kind is not tuple:
+        return None
+    for item in value:
+        if classify_leaf(item) > LEAF_HOST:
+            return None
+    return kind
+
+
+cdef CallLayout _layout_of(tuple args, dict kwargs, object kwnames,
+                           frozenset static_names, CallSignature signature):
+    """The CallLayout of a call, or None when some dynamic argument is neither
+    a leaf nor a list or tuple of leaves."""
+    cdef tuple static_args = signature.static_args
+    cdef Py_ssize_t nargs = PyTuple_GET_SIZE(args)
+    # Static positions come first in static_args, in increasing order.
+    cdef tuple static_positions = tuple([label for label in static_args[::3] if type(label) is int])
+    cdef tuple dynamic_positions = tuple([i for i in range(nargs) if i not in static_positions])
+    dynamic_names = sorted(name for name in kwnames or () if name not in static_names)
+    cdef list values = [args[i] for i in dynamic_positions] + [kwargs[name] for name in dynamic_names]
+    # None for a leaf, else the list or tuple type of leaves it is.
+    cdef list kinds = []
+    for value in values:
+        kind = None
+        if classify_leaf(value) > LEAF_HOST:
+            kind = _container_of(value)
+            if kind is None:
+                return None
+        kinds.append(kind)
+    containers = tuple(kinds)
+    cdef CallLayout layout = CallLayout.__new__(CallLayout)  # leaf_index, containers, lengths: None
+    layout.kwnames = kwnames
+    layout.nargs = nargs
+    layout.static_index = static_positions
+    cdef bint nested = any(kind is not None for kind in containers)
+    if kwnames is not None or static_positions or nested:
+        layout.leaf_index = dynamic_positions + tuple(
+            nargs + kwnames.index(name) for name in dynamic_names)
+        layout.static_index += tuple(
+            nargs + kwnames.index(name)
+            for name in sorted(name for name in kwnames or () if name in static_names))
+    if nested:
+        layout.containers = containers
+        layout.lengths = tuple([0 if kind is None else len(value)
+                                for value, kind in zip(values, containers)])
+    num_leaves = sum([1 if kind is None else len(value) for value, kind in zip(values, containers)])
+    return layout if num_leaves == signature.treedef.num_leaves else None
 
 
 @cython.final
 cdef class PreviousJitCall(PreviousCall):
-    """The engine's PreviousCall, with what jit guards a call by before
-    flattening it: its layout in the argument array, and whether jax.jit runs
-    its entry for its leaves' sake."""
+    """The engine's PreviousCall, with where jit's guard reads a call laid
+    out as it was (its CallLayout)."""
 
 cdef class _NotGiven:
     def __repr__(self):
@@ -185,19 +223,6 @@ def _positional_names(fun):
                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD))
 
 
-cdef object _vectorcall(CompiledFunction self, PyObject** argv, size_t nargsf,
-                        PyObject* kwnames):
-    # The type's PEP 590 slot: Python's way into every call.
-    cdef Call call
-    call.argv = argv
-    call.nargsf = nargsf
-    call.kwnames = kwnames
-    call.function = <PyObject*>self
-    if self.executables is None:
-        raise TypeError(_NOT_MADE_BY_JIT)
-    return self.call(&call)
-
-
 @cython.final
 cdef class CompiledFunction(Engine):
     """A function compiled by ``fastdispatch.jit``: call it as the function.
@@ -206,9 +231,6 @@ cdef class CompiledFunction(Engine):
     dtypes, weak types, shardings, errors, retraces), with less time spent per
     call between Python and the executable.
     """
-
-    def __cinit__(self):
-        self._vectorcall_slot = <vectorcallfunc>_vectorcall
 
     def __init__(self, fun, dict options=None, cache=None):
         options = {} if options is None else options
@@ -248,21 +270,15 @@ cdef class CompiledFunction(Engine):
     def __call__(self, *args, **kwargs):
         # Reached through PyObject_Call only (functools.partial, say): the
         # arguments are laid out as a vectorcall would pass them.
-        cdef tuple values = args + tuple(kwargs.values()) if kwargs else args
-        cdef tuple names = tuple(kwargs) if kwargs else None
         cdef Call call
-        call.argv = PySequence_Fast_ITEMS(values)
-        call.nargsf = PyTuple_GET_SIZE(args)
-        call.kwnames = <PyObject*>names if names is not None else NULL
-        call.function = <PyObject*>self
-        if self.executables is None:
-            raise TypeError(_NOT_MADE_BY_JIT)
+        _held = call_from(&call, self, args, kwargs)   # the argument array, while the call runs
         return self.call(&call)
 
     cdef str parse(self, Call* call, Found* found, CallTimes* times):
-        """The guard on the argument array, jax's state, then flatten."""
+        """The hand-off memo, the guard on the argument array, else flatten."""
         cdef PreviousJitCall previous = <PreviousJitCall>self.previous
-        cdef tuple guarded = None   # the leaves of a call the previous one's layout guards
+        cdef tuple context = <tuple>found.context
+        cdef tuple leaves
         if self.handed_off_like is not None and (<CallShape>self.handed_off_like).matches(call):
             # jax.jit took the last call of this shape: one it raises for (an
             # unhashable static argument, a leaf it rejects), or a call of
@@ -272,41 +288,27 @@ cdef class CompiledFunction(Engine):
             if reason is not None:
                 return reason
         if previous is not None and not previous.entry.evicted:
-            if previous.layout is not None:
-                guarded = previous.layout.guard(call, previous.signature)
-                if guarded is not None:
-                    # jax.jit takes a call for what its leaves are (numpy
-                    # arguments, a step counter's new value: it converts them
-                    # faster); jax's context and trace state cannot change
-                    # that, so neither is read.
-                    reason = _hand_off_reason(previous, guarded)
-                    if reason is not None:
-                        self.executables.touch(previous.entry)
-                        keep(&found.signature, previous.signature)
-                        return reason
-        reason = jax_state_hand_off()
-        if reason is not None:   # first: a hand-off under a transformation needs no context
-            return reason
-        context = trace_context()
-        if previous is not None and not previous.signature.same_context(context):
-            # jax's settings changed since the previous call: one jax.jit
-            # itself runs (disable_jit, say) goes to it before flattening.
-            reason = _settings_hand_off()
-            if reason is not None:
-                return reason
-        elif guarded is not None:
-            found_entry(found, previous.entry, guarded, None)
-            return None
+            if context is not previous.signature.context and context != previous.signature.context:
+                # jax's settings changed since the previous call: one jax.jit
+                # itself runs (disable_jit, say) goes to it before flattening.
+                reason = _settings_hand_off()
+                if reason is not None:
+                    return reason
+            elif previous.layout is not None:
+                leaves = previous.layout.guard(call, previous.signature)
+                if leaves is not None:
+                    found_entry(found, previous.entry, leaves, None)
+                    return None
         # Static arguments split off, the dynamic ones flattened.
-        cdef Py_ssize_t nargs = PyVectorcall_NARGS(call.nargsf)
-        cdef tuple args = tuple_from_array(call.argv, nargs)
-        cdef dict kwargs = _kwargs_from_array(call.argv, nargs, call.kwnames)
+        cdef tuple args = call_args(call)
+        cdef dict kwargs = call_kwargs(call)
         cdef tuple static_args = ()
         if self._has_static:
-            args, kwargs, static_args = self._split_static(args, kwargs)
-        cdef list leaves = []
-        cdef TreeDef treedef = flatten_into((args, kwargs), leaves)
-        found_arguments(found, treedef, leaves, static_args, context, self._dynamic_arg_names, None)
+            args, kwargs, static_args = split_static(args, kwargs, self._static_argnums,
+                                                     self._static_argnames)
+        cdef list leaves_found = []
+        cdef TreeDef treedef = flatten_into((args, kwargs), leaves_found)
+        found_arguments(found, treedef, leaves_found, static_args, self._dynamic_arg_names, None)
         return None
 
     # -- the engine's hooks ------------------------------------------------
@@ -319,9 +321,7 @@ cdef class CompiledFunction(Engine):
         """jax's executable for the call it just ran: asking jax.jit for the
         Compiled costs ~0.2 ms, since jax caches both the trace and the
         executable."""
-        cdef Py_ssize_t nargs = PyVectorcall_NARGS(call.nargsf)
-        traced = self._jitted.trace(*tuple_from_array(call.argv, nargs),
-                                    **_kwargs_from_array(call.argv, nargs, call.kwnames))
+        traced = self._jitted.trace(*call_args(call), **call_kwargs(call))
         compiled = traced.lower().compile()
         cdef tuple built
         try:
@@ -352,12 +352,9 @@ cdef class CompiledFunction(Engine):
         """The call's key in the warm-start store (fastdispatch.warm), or None.
         In checked mode jax traces the call here, into its cache: the compile
         of a miss reuses that trace."""
-        cdef Py_ssize_t nargs
         if store.checked:
-            nargs = PyVectorcall_NARGS(call.nargsf)
             return store.checked_key(self.fun, self._jitted, self._options, signature,
-                                     tuple_from_array(call.argv, nargs),
-                                     _kwargs_from_array(call.argv, nargs, call.kwnames))
+                                     call_args(call), call_kwargs(call))
         return store.key(self.fun, _warm.LABEL, self._options, signature, _warm.key_parts(signature))
 
     cdef tuple build_loaded(self, Call* call, Found* found, CacheEntry entry, object loaded):
@@ -388,17 +385,12 @@ cdef class CompiledFunction(Engine):
     cdef int remember(self, Call* call, Found* found, CacheEntry entry,
                       CallSignature signature) except -1:
         """Make this call the guard's guess for the next one."""
-        cdef Py_ssize_t nargs = PyVectorcall_NARGS(call.nargsf)
-        cdef tuple args = tuple_from_array(call.argv, nargs)
-        cdef dict kwargs = _kwargs_from_array(call.argv, nargs, call.kwnames)
         cdef PreviousJitCall previous = PreviousJitCall.__new__(PreviousJitCall)
         previous.entry = entry
         previous.signature = signature
-        previous.layout = layout_of(args, kwargs,
-                                    None if call.kwnames == NULL else <object>call.kwnames,
-                                    self._static_argnames, signature)
-        previous.hand_off_guarded = (previous.layout is not None and entry.executable is None
-                                     and entry.hand_off_reason is _HOST_DATA)
+        previous.layout = _layout_of(call_args(call), call_kwargs(call),
+                                     None if call.kwnames == NULL else <object>call.kwnames,
+                                     self._static_argnames, signature)
         self.previous = previous
         self.remember_hand_off(None, None, None)
         return 0
@@ -419,51 +411,9 @@ cdef class CompiledFunction(Engine):
             self.remember_hand_off(shape_of(call), reason, entry.signature)
 
     cdef object returned(self, Call* call, object out):
-        """The one post-hook check, then the output."""
-        cdef Py_ssize_t nargs
-        if _global_post_hook is not None or _thread_post_hooks:
-            nargs = PyVectorcall_NARGS(call.nargsf)
-            _call_post_hook(self, tuple_from_array(call.argv, nargs),
-                            _kwargs_from_array(call.argv, nargs, call.kwnames), out)
+        """The post hook (post_hook.py), while one is set."""
+        call_post_hook(self, call_args(call), call_kwargs(call), out)
         return out
-
-    cdef tuple _split_static(self, tuple args, dict kwargs):
-        """(dynamic args, dynamic kwargs, static (label, type, value) triples).
-
-        Static positions in increasing order, then static names in sorted
-        order, so that the key does not depend on how the call spelled them."""
-        cdef Py_ssize_t n = PyTuple_GET_SIZE(args), i, index
-        cdef list static = []
-        cdef list positions = None
-        cdef tuple dynamic_args = args
-        cdef dict dynamic_kwargs = kwargs
-        for i in self._static_argnums:
-            index = i + n if i < 0 else i
-            if 0 <= index < n:
-                if positions is None:
-                    positions = []
-                positions.append(index)
-        if positions is not None:
-            if len(positions) > 1:
-                positions.sort()
-            for index in positions:
-                value = <object>PyTuple_GET_ITEM(args, index)
-                static += (index, type(value), value)
-            dynamic_args = tuple([a for index, a in enumerate(args) if index not in positions])
-        if kwargs and self._static_argnames:
-            named = [(name, type(value), value) for name, value in kwargs.items()
-                     if name in self._static_argnames]
-            if named:
-                if len(named) > 1:
-                    named.sort(key=_first)
-                for triple in named:
-                    static += triple
-                if len(named) == len(kwargs):
-                    dynamic_kwargs = _NO_KWARGS
-                else:
-                    dynamic_kwargs = {name: value for name, value in kwargs.items()
-                                      if name not in self._static_argnames}
-        return dynamic_args, dynamic_kwargs, tuple(static)
 
     # -- the Python object ---------------------------------------------------
 
@@ -543,18 +493,7 @@ cdef class CompiledFunction(Engine):
         return self.executables.values()
 
 
-cdef void _install_vectorcall():
-    # Cython gives cdef classes tp_call only; point the type's vectorcall slot
-    # at the instance field that __cinit__ fills.  The class is final, so no
-    # subclass can inherit a slot that would skip its own __call__.
-    cdef CompiledFunction probe = CompiledFunction.__new__(CompiledFunction)
-    cdef _VectorcallType* type_object = <_VectorcallType*>CompiledFunction
-    type_object.tp_vectorcall_offset = (
-        <char*>&probe._vectorcall_slot - <char*><PyObject*>probe)
-    type_object.tp_flags |= Py_TPFLAGS_HAVE_VECTORCALL
-
-
-_install_vectorcall()
+install_vectorcall(CompiledFunction)
 
 
 def _rebuild(fun, options, cache):

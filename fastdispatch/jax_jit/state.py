@@ -25,7 +25,7 @@ import threading
 import jax
 
 from fastdispatch import _jax
-from fastdispatch.jax_jit import function as _dispatch
+from fastdispatch.jax_jit import post_hook as _post_hook
 
 __all__ = [
     "JitState",
@@ -78,10 +78,10 @@ class _PostHook:
     def __get__(self, state, owner=None):
         if state is None:
             return self
-        return _dispatch.get_post_hook(thread_local=state.thread_local)
+        return _post_hook.get_post_hook(thread_local=state.thread_local)
 
     def __set__(self, state, hook):
-        _dispatch.set_post_hook(hook, thread_local=state.thread_local)
+        _post_hook.set_post_hook(hook, thread_local=state.thread_local)
 
 
 class JitState:

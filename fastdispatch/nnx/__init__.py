@@ -96,6 +96,12 @@ def jit(
 
 
 _nnx.configure(
-    _flax.RAW_VALUE, _flax.METADATA, _flax.GRAPH_CONTEXT, _flax.FLAGS, _flax.PytreeState, _flax.merge
+    _flax.RAW_VALUE,
+    _flax.METADATA,
+    _flax.GRAPH_CONTEXT,
+    _flax.STATIC_CACHE,
+    _flax.FLAGS,
+    _flax.PytreeState,
+    _flax.merge,
 )
 descriptions.add_attributes(_flax.GraphDef, graph_attributes)

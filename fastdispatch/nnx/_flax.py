@@ -37,6 +37,7 @@ JitWrapped = _compilation.JitWrapped
 # The graph traversal.
 update_context = _graphlib.update_context
 GRAPH_CONTEXT = _graphlib.GRAPH_CONTEXT
+STATIC_CACHE = "tmp_static_cache"  # GRAPH_CONTEXT's: nnx.cached_partial's traversal cache
 NodeStates = _extract.NodeStates
 RefMap = _graphlib.RefMap
 is_graph_node = _graphlib.is_graph_node

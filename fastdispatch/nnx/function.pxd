@@ -1,8 +1,8 @@
 # The nnx.jit front end (flax NNX's jit, graph mode) of the engine.
+cimport cython
 from fastdispatch.core.cache cimport CacheEntry
 from fastdispatch.core.engine cimport Call, CallTimes, Engine, Found
-from fastdispatch.core.execute cimport Executable
-from fastdispatch.core.outputs cimport Outputs
+from fastdispatch.core.execute cimport Executable, Outputs
 from fastdispatch.core.pytree.treedef cimport TreeDef
 from fastdispatch.core.signature cimport CallSignature
 
@@ -77,6 +77,7 @@ cdef class Merged(Outputs):
     cdef object flax_function
 
 
+@cython.final
 cdef class NnxJitFunction(Engine):
     cdef readonly object flax_function  # flax's own nnx.jit of the function: misses and hand-offs
     cdef readonly object jitted         # its jax.jit (jax's own): the source of executables

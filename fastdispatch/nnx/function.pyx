@@ -17,13 +17,10 @@ merge only move values, so this does only that:
   scatter    the outputs straight into the same Variable slots; the
              function's own output rebuilt from its recorded structure
 
-A call no record serves goes through the engine as jit's calls do: its
-parse opens flax's split (``FlaxCall``, fastdispatch/nnx/flax_call.py, in
-flax's update context, kept open across the steps) and gives the engine the
-split's leaves; the engine finds their entry, or compiles (flax's jax.jit and
-merge, ``library_call``) or loads one.  ``remember`` then makes the Record of
-the graph the call left, when its executable keeps the graph's structure and
-returns no graph node; everything else is flax's call.
+A call no record serves takes the engine's steps on flax's split (a
+``FlaxCall``, nnx/flax_call.py, open across them): found, compiled (flax's
+jax.jit and merge) or loaded; ``remember`` then records the graph it left
+where its executable keeps the graph's structure.
 """
 from cpython.dict cimport PyDict_GetItem, PyDict_Next, PyDict_SetItem, PyDict_Size
 from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
@@ -34,10 +31,9 @@ from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE
 
 from fastdispatch.core.cache cimport CacheEntry, CompiledFunctionCache
 from fastdispatch.core.engine cimport (
-    Call, CallTimes, Engine, Found, found_arguments, found_entry, keep, python_call,
-    trace_context, jax_state_hand_off, warm_store)
-from fastdispatch.core.execute cimport NEVER_HAND_OFF, Executable, make_executable
-from fastdispatch.core.outputs cimport Outputs
+    Call, CallTimes, Engine, Found, call_args, call_from, call_kwargs, found_arguments,
+    found_entry, install_vectorcall, keep, warm_store)
+from fastdispatch.core.execute cimport NEVER_HAND_OFF, Executable, Outputs, make_executable
 from fastdispatch.core.pytree.flatten cimport flatten_into
 from fastdispatch.core.pytree.treedef cimport TreeDef
 from fastdispatch.core.signature cimport (
@@ -77,14 +73,15 @@ cdef descrsetfunc _set_raw = NULL
 cdef object _metadata = None           # Variable._var_metadata, a slot
 cdef descrgetfunc _get_metadata = NULL
 cdef object _graph_context = None      # flax's thread-local GRAPH_CONTEXT
+cdef str _static_cache = None          # its attribute for nnx.cached_partial's traversal cache
 cdef tuple _flags_fields = ()          # PytreeState's flag slots, read by FlagsGuard
 cdef object _state_type = None         # PytreeState
 cdef object _merge = None              # flax's merge: (flax function, outputs) -> output
 
 
-def configure(raw_value, metadata, graph_context, flags_fields, state_type, merge):
+def configure(raw_value, metadata, graph_context, static_cache, flags_fields, state_type, merge):
     """Hand the hot path what it reads of flax (called once by fastdispatch.nnx)."""
-    global _raw_value, _get_raw, _set_raw, _metadata, _get_metadata, _graph_context
+    global _raw_value, _get_raw, _set_raw, _metadata, _get_metadata, _graph_context, _static_cache
     global _flags_fields, _state_type, _merge
     _raw_value = raw_value
     _get_raw = (<_TypeWithDescr*>Py_TYPE(raw_value)).tp_descr_get
@@ -92,6 +89,7 @@ def configure(raw_value, metadata, graph_context, flags_fields, state_type, merg
     _metadata = metadata
     _get_metadata = (<_TypeWithDescr*>Py_TYPE(metadata)).tp_descr_get
     _graph_context = graph_context
+    _static_cache = static_cache
     _flags_fields = tuple(flags_fields)
     _state_type = state_type
     _merge = merge
@@ -111,7 +109,7 @@ def signature_of(TreeDef treedef, list leaves, tuple static_args=(), front=None)
     """The CallSignature of a split call's dynamic leaves and its static
     arguments' (label, type, value) triples, under jax's context now;
     ``front`` names its leaves for reports (see CallSignature.front)."""
-    signature = _signature_of(treedef, leaves, static_args, trace_context(), front)
+    signature = _signature_of(treedef, leaves, static_args, _jax.trace_context(), front)
     if signature is None:
         raise TypeError("a leaf the dispatcher does not key")
     return signature
@@ -434,32 +432,30 @@ cdef class NnxJitFunction(Engine):
         self.library = _FLAX
 
     def __call__(self, *args, **kwargs):
+        # Reached through PyObject_Call only: as a vectorcall would pass them.
         cdef Call call
-        python_call(&call, self, args, kwargs)
+        _held = call_from(&call, self, args, kwargs)   # the argument array, while the call runs
         return self.call(&call)
 
     cdef str parse(self, Call* call, Found* found, CallTimes* times):
         """A record that proves the call's graph runs it; else flax's split
         (a FlaxCall, open across the steps: ``found.scope``), whose leaves
         the engine looks up, compiles or loads."""
-        cdef tuple args = <tuple>call.args
-        cdef dict kwargs = <dict>call.kwargs
+        cdef tuple args = call_args(call)
+        cdef dict kwargs = call_kwargs(call)
+        cdef tuple context = <tuple>found.context
         cdef Record record
         cdef list inputs
         cdef Py_ssize_t i
         if not self.fast:
             return _NOT_GRAPH_UPDATES
-        reason = jax_state_hand_off()
-        if reason is not None:
-            return reason
         # nnx.cached_partial hands its call a static cache of the graph's
         # traversal, for flax's update context to take; a call a record serves
         # traverses nothing, so the cache is taken here, and given back to
         # flax for a call it splits.
-        static_cache = _graph_context.tmp_static_cache
+        static_cache = getattr(_graph_context, _static_cache)
         if static_cache is not None:
-            _graph_context.tmp_static_cache = None
-        context = trace_context()
+            setattr(_graph_context, _static_cache, None)
         records = self.records
         cdef Record holding = None   # a record whose graph this call has, for other shapes
         for i in range(PyTuple_GET_SIZE(records)):
@@ -488,7 +484,7 @@ cdef class NnxJitFunction(Engine):
                 self.records = (record,) + records[:i] + records[i + 1:]
             found_entry(found, record.entry, inputs, record)
             return None
-        _graph_context.tmp_static_cache = static_cache
+        setattr(_graph_context, _static_cache, static_cache)
         if (holding is None and self.handed_off_like is not None
                 and self.handed_off_like == _arguments_key(args, kwargs)):
             # flax's call, as the last one on these arguments was, without
@@ -498,8 +494,7 @@ cdef class NnxJitFunction(Engine):
                 return reason
         split = self.flax_call(self, args, kwargs, holding)
         keep(&found.scope, split)
-        found_arguments(found, split.treedef, split.leaves, split.static_args, context, (),
-                        split.paths)
+        found_arguments(found, split.treedef, split.leaves, split.static_args, (), split.paths)
         return None
 
     cdef object library_call(self, Call* call, Found* found):
@@ -507,7 +502,7 @@ cdef class NnxJitFunction(Engine):
         hand-off's: flax's own nnx.jit call."""
         if found.scope != NULL:
             return (<object>found.scope).run()
-        return self.flax_function(*<tuple>call.args, **<dict>call.kwargs)
+        return self.flax_function(*call_args(call), **call_kwargs(call))
 
     cdef tuple build(self, Call* call, Found* found, CacheEntry entry, object out):
         """The executable of the Graph the split call left (MustHandOff: one no
@@ -561,7 +556,7 @@ cdef class NnxJitFunction(Engine):
     cdef void handed_off(self, Call* call, CacheEntry entry, str reason):
         """flax takes the call: the next on the same arguments goes to it
         before they are split, but every 64th (see parse)."""
-        self.remember_hand_off(_arguments_key(<tuple>call.args, <dict>call.kwargs), reason,
+        self.remember_hand_off(_arguments_key(call_args(call), call_kwargs(call)), reason,
                                None if entry is None else entry.signature)
 
     def clear_cache(self):
@@ -599,3 +594,6 @@ cdef class NnxJitFunction(Engine):
 
     def __repr__(self):
         return f"<fastdispatch nnx.jit of {self.flax_function.fun!r}>"
+
+
+install_vectorcall(NnxJitFunction)

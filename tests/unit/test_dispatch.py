@@ -203,7 +203,7 @@ def test_an_error_jax_raises_on_a_hand_off_crosses_three_of_our_frames():
         f(jnp.ones(1), ["not", "hashable"])
     ours = [entry for entry in raised.traceback if "fastdispatch" in str(entry.path)]
     assert [entry.name for entry in ours] == [
-        "fastdispatch.jax_jit.function._vectorcall",
+        "fastdispatch.core.engine._vectorcall",
         "fastdispatch.core.engine.Engine.call",
         "fastdispatch.jax_jit.function.CompiledFunction.library_call",
     ]

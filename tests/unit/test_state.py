@@ -194,7 +194,7 @@ def test_post_hook_is_set_post_hook():
     fastdispatch.set_post_hook(hook)
     assert global_state().post_hook is hook and thread_local_state().post_hook is None
     global_state().post_hook = other
-    assert fastdispatch.jax_jit.function.get_post_hook() is other
+    assert fastdispatch.jax_jit.post_hook.get_post_hook() is other
     seen = []
     f = fastdispatch.jit(lambda x: x + 1)
     thread_local_state().post_hook = lambda fn, args, kwargs, out: seen.append("local")
