@@ -96,3 +96,13 @@ class MustHandOff(Exception):
         super().__init__(reason if detail is None else f"{reason}: {detail}")
         self.reason = reason
         self.detail = detail
+
+    @classmethod
+    def from_error(cls, error):
+        """Why the library runs the calls of an entry whose executable could
+        not be built, from the error building raised: a MustHandOff itself,
+        any other error as EXECUTABLE_NOT_REUSABLE (the library ran the call
+        well: its output stands)."""
+        if isinstance(error, MustHandOff):
+            return error
+        return cls(EXECUTABLE_NOT_REUSABLE, repr(error))

@@ -204,7 +204,8 @@ cdef class Engine:
     # The front end's hooks.
     cdef str parse(self, Call* call, Found* found, CallTimes* times)
     cdef object library_call(self, Call* call, Found* found)
-    cdef tuple build(self, Call* call, Found* found, CacheEntry entry, object out)
+    cdef tuple cache_miss(self, Call* call, Found* found, CacheEntry entry, CallTimes* times,
+                          object recording)
     cdef object warm_key(self, Call* call, Found* found, CallSignature signature, object store)
     cdef tuple build_loaded(self, Call* call, Found* found, CacheEntry entry, object loaded)
     cdef int remember(self, Call* call, Found* found, CacheEntry entry,

@@ -12,8 +12,8 @@ is ``Engine.call``, which reads as jaxlib's pjit.cc reads its own Call:
              proved
   find       the guard against the previous call's own signature, else a
              CallSignature looked up in the function's cache; a miss
-             compiles (``compile``: the library's own call, ``library_call``,
-             then ``build`` takes its executable) or, with warm start on,
+             compiles (``compile``: the front end's ``cache_miss``, the
+             library's own call and its executable taken) or, with warm start on,
              loads (``warm``: the front end's ``warm_key`` and
              ``build_loaded``); a call another thread compiles waits
   execute    the entry's Executable on the leaves, the outputs rebuilt by
@@ -45,7 +45,6 @@ from contextlib import nullcontext
 
 from fastdispatch import _jax
 from fastdispatch import _reasons
-from fastdispatch._reasons import MustHandOff
 
 cdef object _trace_context = _jax.trace_context
 # jax's thread-local trace state: the holder, the attribute that holds it, and
@@ -231,6 +230,9 @@ cdef inline void _start_watch(CallTimes* times):
         times.watch |= WATCH_SPANS
 
 
+cdef object _NOT_RECORDING = nullcontext()
+
+
 cdef class PreviousCall:
     """The guard's guess for the next call: the previous call's entry, its own
     signature (the very aval and sharding objects it held), and what else the
@@ -414,36 +416,30 @@ cdef class Engine:
         return None
 
     cdef str compile(self, Call* call, Found* found, CacheEntry entry, CallTimes* times):
-        """A miss, on the one thread that compiles this signature: the library
-        runs the call (tracing, compiling, converting, donating, warning and
-        failing as it does), then ``build`` takes its executable (from jax's
-        caches: ~0.2 ms), or the reason the entry's calls are handed off.  A
-        compile warm start may write is written with the warnings it issued
-        (WarmStart.recording_warnings)."""
+        """A miss, on the one thread that compiles this signature: the front
+        end's ``cache_miss`` has the library run the call (tracing, compiling,
+        converting, donating, warning and failing as it does) and returns its
+        output with the fast path's data, which completes the entry: its
+        (Executable, Outputs), or the MustHandOff that says why the library
+        runs its calls.  A compile warm start may write is written with the
+        warnings the library's call issued (WarmStart.recording_warnings)."""
         reached(times, AT_FOUND, "compile")   # the library's own spans nest inside
         cdef long long began = now_ns()
         store = None if entry.warm_key is None else warm_store()
         try:
-            with nullcontext() if store is None else store.recording_warnings():
-                out = self.library_call(call, found)
+            out, fast = self.cache_miss(call, found, entry, times,
+                                        _NOT_RECORDING if store is None else store.recording_warnings())
         except BaseException as error:
             self.executables.fail(entry, error)
             ended(call, times, False, now_ns() - began, _reasons.COMPILE_ERROR, entry.signature)
             raise
-        cdef long long compiled_at = now_ns()
-        reached(times, AT_LAUNCHED, "build entry")
-        executable = finish = reason = None
-        try:
-            executable, finish = self.build(call, found, entry, out)
-        except MustHandOff as hand_off:
-            reason = hand_off.reason
-            entry.hand_off_detail = hand_off.detail
-        except Exception as error:
-            reason = _reasons.EXECUTABLE_NOT_REUSABLE
-            entry.hand_off_detail = repr(error)
-        self.executables.complete(entry, executable, finish, reason, (compiled_at - began) / 1e9)
-        self.remember(call, found, entry, entry.signature)
-        ended(call, times, False, compiled_at - began, entry.hand_off_reason, entry.signature)
+        cdef long long compiled = now_ns() - began
+        if type(fast) is tuple:
+            self.executables.complete(entry, fast[0], fast[1], None, compiled / 1e9)
+        else:
+            entry.hand_off_detail = fast.detail
+            self.executables.complete(entry, None, None, fast.reason, compiled / 1e9)
+        ended(call, times, False, compiled, entry.hand_off_reason, entry.signature)
         keep(&found.out, out)
         return None
 
@@ -451,8 +447,8 @@ cdef class Engine:
                   object store):
         """A miss with warm start on, before anything is traced: the executable
         stored under the call's key becomes the entry, for ``execute``;
-        without one (or a key), ``compile``, whose ``build`` writes it under
-        the key."""
+        without one (or a key), ``compile``, whose ``cache_miss`` writes it
+        under the key."""
         reached(times, AT_FOUND, "warm start")
         cdef long long began = now_ns()
         try:
@@ -487,6 +483,8 @@ cdef class Engine:
         library runs it (an entry it runs for numpy arguments or effects, a
         HandOff from the executable)."""
         cdef CacheEntry entry = <CacheEntry>found.entry
+        if not entry.finished:   # a guess made by the thread compiling it, before it completed
+            entry.wait(<object>call.function)
         cdef CompiledFunctionCache lru = self.executables.shared
         lru.clock += 1   # a hit: the shared LRU counts it, and the entry is its latest use
         lru.hits += 1
@@ -539,14 +537,17 @@ cdef class Engine:
         raise NotImplementedError
 
     cdef object library_call(self, Call* call, Found* found):
-        """The library's own call: a miss's, and a hand-off's (its scope
-        closed)."""
+        """The library's own call, for a hand-off (the scope closed)."""
         raise NotImplementedError
 
-    cdef tuple build(self, Call* call, Found* found, CacheEntry entry, object out):
-        """(Executable, Outputs) for the entry the library just compiled and
-        ran on ``found.leaves`` (returning ``out``); raises MustHandOff for one
-        the library must run."""
+    cdef tuple cache_miss(self, Call* call, Found* found, CacheEntry entry, CallTimes* times,
+                          object recording):
+        """A miss: the library's call (inside ``recording``, a context), then
+        ``reached(times, AT_LAUNCHED, "build entry")``; returns its output
+        and the fast path's data, ``(Executable, Outputs)`` for the entry, or
+        a MustHandOff (``MustHandOff.from_error``); the call made the guard's
+        guess first (``remember``: a call that finds the entry before it
+        completes waits for it)."""
         raise NotImplementedError
 
     cdef object warm_key(self, Call* call, Found* found, CallSignature signature, object store):
@@ -561,8 +562,8 @@ cdef class Engine:
 
     cdef int remember(self, Call* call, Found* found, CacheEntry entry,
                       CallSignature signature) except -1:
-        """``entry`` runs this call (found or just completed): make the call
-        the guard's guess for the next one."""
+        """``entry`` runs this call (found, loaded, or compiled: see
+        ``cache_miss``): make the call the guard's guess for the next one."""
         cdef PreviousCall previous = PreviousCall.__new__(PreviousCall)
         previous.entry = entry
         previous.signature = signature

@@ -1,8 +1,7 @@
 # The filter_jit front end (equinox's filter_jit) of the engine.
 from fastdispatch.core.cache cimport CacheEntry
-from fastdispatch.core.engine cimport Engine
-from fastdispatch.core.execute cimport Executable
-from fastdispatch.core.execute cimport Outputs
+from fastdispatch.core.engine cimport Call, Engine, Found
+from fastdispatch.core.execute cimport Executable, Outputs
 from fastdispatch.core.keys cimport Py_uhash_t
 from fastdispatch.core.pytree.treedef cimport TreeDef
 from fastdispatch.core.signature cimport CallSignature
@@ -34,6 +33,9 @@ cdef class FilterDispatcher(Engine):
     cdef object __weakref__
 
     cdef BindPlan plan_for(self, object signature, tuple args, dict kwargs)
+    # The (Executable, OutputRecipe) of the call equinox just ran (returning
+    # `out`), written to the warm-start store; raises MustHandOff.
+    cdef tuple _built(self, Call* call, Found* found, CacheEntry entry, object out)
     cdef Executable _executable(self, object compiled, CacheEntry entry, list leaves)
     cdef str _partition(self, TreeDef treedef, tuple bound, list leaves, tuple static, list dynamic,
                         Py_ssize_t* first_dynamic)

@@ -42,8 +42,8 @@ from fastdispatch.core.execute cimport (
     NEVER_HAND_OFF, Executable, Outputs, make_executable, our_treedef)
 from fastdispatch.core.cache cimport CacheEntry, CompiledFunctionCache
 from fastdispatch.core.engine cimport (
-    Call, CallTimes, Engine, Found, PreviousCall, call_args, call_from, call_kwargs,
-    found_arguments, found_entry, warm_store)
+    AT_LAUNCHED, Call, CallTimes, Engine, Found, PreviousCall, call_args, call_from,
+    call_kwargs, found_arguments, found_entry, reached, warm_store)
 from fastdispatch.equinox.bind cimport BindPlan, bound_argument, make_plan
 from fastdispatch.equinox.same_call cimport SameCall, record_same
 from fastdispatch.core.cache import default_cache
@@ -438,9 +438,21 @@ cdef class FilterDispatcher(Engine):
         """equinox's own call (its frames, warnings and errors)."""
         return self.equinox_call(<object>call.function, *call_args(call), **call_kwargs(call))
 
-    cdef tuple build(self, Call* call, Found* found, CacheEntry entry, object out):
-        """equinox's executable for the call it just ran, from its lowering,
-        and the recipe of its outputs from what the call returned."""
+    cdef tuple cache_miss(self, Call* call, Found* found, CacheEntry entry, CallTimes* times,
+                          object recording):
+        """equinox's own call, then its executable from its lowering and the
+        recipe of its outputs from what the call returned."""
+        with recording:
+            out = self.library_call(call, found)
+        reached(times, AT_LAUNCHED, "build entry")
+        try:
+            fast = self._built(call, found, entry, out)
+        except Exception as error:
+            fast = MustHandOff.from_error(error)
+        self.remember(call, found, entry, entry.signature)
+        return out, fast
+
+    cdef tuple _built(self, Call* call, Found* found, CacheEntry entry, object out):
         # Lowering again comes from jax's caches; anything it warns was just
         # said (or silenced) by the call itself.
         with warnings.catch_warnings():

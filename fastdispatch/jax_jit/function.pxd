@@ -42,6 +42,4 @@ cdef class CompiledFunction(Engine):
     cdef dict __dict__                     # as functools.wraps fills it
     cdef object __weakref__
 
-    cdef tuple _from_compiled(self, CacheEntry entry, list leaves, object compiled,
-                              Py_ssize_t calls_before_hand_off)
     cdef object _warm_save(self, CacheEntry entry, object compiled, object traced, str reason)

@@ -31,8 +31,9 @@ from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE, PyTuple_New, PyTu
 
 from fastdispatch.core.cache cimport CacheEntry, CompiledFunctionCache
 from fastdispatch.core.engine cimport (
-    Call, CallTimes, Engine, Found, PyVectorcall_NARGS, call_args, call_from, call_kwargs,
-    found_arguments, found_entry, install_vectorcall, same_kwnames, trace_sink, warm_store)
+    AT_LAUNCHED, Call, CallTimes, Engine, Found, PyVectorcall_NARGS, call_args, call_from,
+    call_kwargs, found_arguments, found_entry, install_vectorcall, reached,
+    same_kwnames, trace_sink, warm_store)
 from fastdispatch.core.execute cimport HAND_OFF_NOW, make_executable, output_tree
 from fastdispatch.core.pytree.flatten cimport flatten_into
 from fastdispatch.core.pytree.treedef cimport TreeDef
@@ -317,28 +318,33 @@ cdef class CompiledFunction(Engine):
         """jax.jit runs the call as the caller made it."""
         return PyObject_Vectorcall(self._jitted, call.argv, call.nargsf, call.kwnames)
 
-    cdef tuple build(self, Call* call, Found* found, CacheEntry entry, object out):
-        """jax's executable for the call it just ran: asking jax.jit for the
-        Compiled costs ~0.2 ms, since jax caches both the trace and the
-        executable."""
-        traced = self._jitted.trace(*call_args(call), **call_kwargs(call))
-        compiled = traced.lower().compile()
-        cdef tuple built
+    cdef tuple cache_miss(self, Call* call, Found* found, CacheEntry entry, CallTimes* times,
+                          object recording):
+        """jax.jit runs the call, then its executable is taken for the entry
+        (asking jax.jit for the Compiled costs ~0.2 ms: jax caches both the
+        trace and the executable) and written to the warm-start store."""
+        with recording:
+            out = PyObject_Vectorcall(self._jitted, call.argv, call.nargsf, call.kwnames)
+        reached(times, AT_LAUNCHED, "build entry")
+        traced = compiled = None
         try:
-            built = self._from_compiled(entry, <list>found.leaves, compiled, HAND_OFF_NOW)
-        except MustHandOff as hand_off:
-            self._warm_save(entry, compiled, traced, hand_off.reason)
-            raise
-        self._warm_save(entry, compiled, traced, None)
-        return built
+            traced = self._jitted.trace(*call_args(call), **call_kwargs(call))
+            compiled = traced.lower().compile()
+            fast = (make_executable(compiled, entry.signature, <list>found.leaves, self._donates,
+                                    HAND_OFF_NOW),
+                    output_tree(compiled.out_tree))
+        except Exception as error:
+            fast = MustHandOff.from_error(error)
+        if entry.warm_key is not None and compiled is not None:
+            self._warm_save(entry, compiled, traced, None if type(fast) is tuple else fast.reason)
+        self.remember(call, found, entry, entry.signature)
+        return out, fast
 
     cdef object _warm_save(self, CacheEntry entry, object compiled, object traced, str reason):
         """Write the compile under the entry's warm-start key.  One jax.jit runs
         here for its host arguments (``reason``: numpy arguments, say) is written
         too: a loaded entry converts them itself.  One jax.jit runs for what its
         executable is (effects, a reshard) is not, and says why."""
-        if entry.warm_key is None:
-            return
         store = warm_store()
         if store is None:
             return
@@ -365,22 +371,13 @@ cdef class CompiledFunction(Engine):
         entry, it leaves those jax.jit converts faster to it.  One stored
         with a recipe has its output tree rebuilt from this call's arguments
         (their trees' node data did not pickle)."""
-        cdef list leaves = <list>found.leaves
-        if type(loaded) is not tuple:
-            return self._from_compiled(entry, leaves, loaded, LOADED_CALLS_BEFORE_JAX)
-        compiled, recipe = loaded
-        out_tree = warm_store().outputs(recipe, _warm.call_objects(entry.signature))[0]
-        return (make_executable(compiled, entry.signature, leaves, self._donates,
+        compiled, out_tree = loaded, None
+        if type(loaded) is tuple:
+            compiled, recipe = loaded
+            out_tree = warm_store().outputs(recipe, _warm.call_objects(entry.signature))[0]
+        return (make_executable(compiled, entry.signature, <list>found.leaves, self._donates,
                                 LOADED_CALLS_BEFORE_JAX),
-                output_tree(out_tree))
-
-    cdef tuple _from_compiled(self, CacheEntry entry, list leaves, object compiled,
-                              Py_ssize_t calls_before_hand_off):
-        """(Executable, Outputs) of a jax.stages.Compiled: jax.jit's just now,
-        or one loaded from the warm-start store (see make_executable)."""
-        return (make_executable(compiled, entry.signature, leaves, self._donates,
-                                calls_before_hand_off),
-                output_tree(compiled.out_tree))
+                output_tree(compiled.out_tree if out_tree is None else out_tree))
 
     cdef int remember(self, Call* call, Found* found, CacheEntry entry,
                       CallSignature signature) except -1:

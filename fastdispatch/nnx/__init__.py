@@ -34,6 +34,7 @@ from fastdispatch.core import descriptions
 from fastdispatch.core.engine import library_function
 from fastdispatch.nnx import _flax
 from fastdispatch.nnx import function as _nnx
+from fastdispatch.nnx import record as _record
 from fastdispatch.nnx.attributes import graph_attributes
 from fastdispatch.nnx.flax_call import FlaxCall
 from fastdispatch.nnx.function import NnxJitFunction
@@ -95,13 +96,6 @@ def jit(
     return function
 
 
-_nnx.configure(
-    _flax.RAW_VALUE,
-    _flax.METADATA,
-    _flax.GRAPH_CONTEXT,
-    _flax.STATIC_CACHE,
-    _flax.FLAGS,
-    _flax.PytreeState,
-    _flax.merge,
-)
+_record.configure(_flax.RAW_VALUE, _flax.METADATA, _flax.FLAGS, _flax.PytreeState)
+_nnx.configure(_flax.GRAPH_CONTEXT, _flax.STATIC_CACHE, _flax.merge)
 descriptions.add_attributes(_flax.GraphDef, graph_attributes)

@@ -18,8 +18,8 @@ from fastdispatch._reasons import MustHandOff
 from fastdispatch.core import pytree as _pytree
 from fastdispatch.nnx import _flax
 from fastdispatch.nnx import function as _nnx
-from fastdispatch.nnx.function import Input
 from fastdispatch.nnx.guards import slots_and_guards
+from fastdispatch.nnx.record import Input, InputKind
 
 
 class Graph(NamedTuple):
@@ -64,7 +64,7 @@ def build(function, args, kwargs, before, holding, paths, compiled=None, outputs
     if holding is not None:
         guards, slots = holding.guards, holding.slots
         inputs = [
-            item if item.kind == _nnx.InputKind.INPUT_ROOT else _plain_input(item.position, args, kwargs)
+            item if item.kind == InputKind.INPUT_ROOT else _plain_input(item.position, args, kwargs)
             for item in holding.inputs
         ]
         leaves = holding.gather_now(args, kwargs)
@@ -165,7 +165,7 @@ def keeps_graph(outputs, before, record):
     args_out, kwargs_out, out = outputs
     roots = 0
     for item in record.inputs:
-        if item.kind != _nnx.InputKind.INPUT_ROOT:
+        if item.kind != InputKind.INPUT_ROOT:
             continue
         position = item.position
         came = (before[0] if type(position) is int else before[1])[position]
@@ -249,15 +249,13 @@ class Placeholder:
 
 def _plain_input(position, args, kwargs):
     argument = args[position] if type(position) is int else kwargs[position]
-    return Input(_nnx.InputKind.INPUT_PLAIN, position, treedef=_pytree.flatten(argument)[1])
+    return Input(InputKind.INPUT_PLAIN, position, treedef=_pytree.flatten(argument)[1])
 
 
 def _root_inputs(roots, slots):
     inputs, start = [], 0
     for (position, argument, _), (_, root_slots) in zip(roots, slots):
         stop = start + len(root_slots)
-        inputs.append(
-            Input(_nnx.InputKind.INPUT_ROOT, position, root=argument, slot_start=start, slot_stop=stop)
-        )
+        inputs.append(Input(InputKind.INPUT_ROOT, position, root=argument, slot_start=start, slot_stop=stop))
         start = stop
     return inputs

@@ -1,15 +1,15 @@
 """What proves a graph unchanged, and where its leaves live: one Guard per
 object flax's split would visit (its type, attributes, containers, Variable
 metadata), and each leaf's slot (a Variable, or a node's array attribute),
-in flax's leaf order.  A Record (function.pyx) runs calls on these."""
+in flax's leaf order.  A Record (record.pyx) runs calls on these."""
 
 from __future__ import annotations
 
 from fastdispatch import _jax, _reasons
 from fastdispatch._reasons import MustHandOff
 from fastdispatch.nnx import _flax
-from fastdispatch.nnx import function as _nnx
-from fastdispatch.nnx.function import (
+from fastdispatch.nnx import record as _record
+from fastdispatch.nnx.record import (
     ARRAY_SLOT,
     STATE_SLOT,
     DictGuard,
@@ -34,7 +34,7 @@ def slots_and_guards(roots):
         for path, leaf, raw in zip(flat.paths, flat.leaves, pure.states[0]):
             if isinstance(leaf, _flax.Variable):
                 _check_variable(leaf)
-                if _nnx.raw_value(leaf) is not raw:
+                if _record.raw_value(leaf) is not raw:
                     raise MustHandOff(_reasons.VALUE_NOT_SPLIT)
                 root_slots.append(leaf)
             else:
@@ -53,10 +53,10 @@ def slots_and_guards(roots):
 
 
 def _check_variable(variable):
-    metadata = _nnx.metadata(variable)
+    metadata = _record.metadata(variable)
     if metadata.get("hijax") or metadata.get("ref"):
         raise MustHandOff(_reasons.REF_VARIABLE)
-    if type(_nnx.raw_value(variable)) not in _ARRAY_TYPES:
+    if type(_record.raw_value(variable)) not in _ARRAY_TYPES:
         raise MustHandOff(_reasons.VALUE_NOT_ARRAY)
     _flax.check_can_update(variable)
 
@@ -71,7 +71,7 @@ def guards(roots):
         if isinstance(x, _flax.Variable):
             seen.add(id(x))
             _check_variable(x)
-            found.append(VariableGuard(x, dict(_nnx.metadata(x))))
+            found.append(VariableGuard(x, dict(_record.metadata(x))))
             return
         if _flax.is_array_ref(x):
             raise MustHandOff(_reasons.ARRAY_REF)

@@ -209,6 +209,28 @@ def test_an_error_jax_raises_on_a_hand_off_crosses_three_of_our_frames():
     ]
 
 
+def test_an_error_jax_raises_on_a_miss_crosses_into_the_front_end_once():
+    # A miss takes the front end's parse (returned by then) and its cache_miss,
+    # which runs jax.jit's call: the only front-end frame the error crosses.
+    def fails(x):
+        raise KeyError("traced")
+
+    f = fastdispatch.jit(fails)
+    with pytest.raises(KeyError, match="traced") as raised:
+        f(jnp.ones(1))
+    names = [entry.name for entry in raised.traceback if "fastdispatch" in str(entry.path)]
+    # (Cython adds an entry at a re-raise and at a with block's exit too.)
+    frames = [name for i, name in enumerate(names) if i == 0 or name != names[i - 1]]
+    assert frames == [
+        "fastdispatch.core.engine._vectorcall",
+        "fastdispatch.core.engine.Engine.call",
+        "fastdispatch.core.engine.Engine.find",
+        "fastdispatch.core.engine.Engine.compile",
+        "fastdispatch.jax_jit.function.CompiledFunction.cache_miss",
+    ]
+    assert f._cache_entries() == []  # the failed entry is not kept
+
+
 class Flagged:
     """A static argument hashable or not by a flag; all instances are equal."""
 

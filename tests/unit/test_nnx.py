@@ -17,8 +17,8 @@ import fastdispatch
 from fastdispatch import _reasons
 from fastdispatch import nnx as fnnx
 from fastdispatch.nnx import _flax
-from fastdispatch.nnx import function as _nnx
 from fastdispatch.nnx import graph as nnx_graph
+from fastdispatch.nnx import record as _record
 from fastdispatch.nnx.flax_call import FlaxCall
 from fastdispatch.nnx.guards import guards as guard_program
 
@@ -73,9 +73,9 @@ def test_flax_names_used():
     assert _flax.node_dict(block)["linear"] is block.linear
     kernel = block.linear.kernel
     assert isinstance(kernel, _flax.Variable)
-    assert _nnx.raw_value(kernel) is kernel.get_raw_value()
+    assert _record.raw_value(kernel) is kernel.get_raw_value()
     assert _flax.RAW_VALUE.__get__(kernel) is kernel.get_raw_value()
-    assert _nnx.metadata(kernel) is _flax.METADATA.__get__(kernel) and not _flax.is_array_ref(kernel)
+    assert _record.metadata(kernel) is _flax.METADATA.__get__(kernel) and not _flax.is_array_ref(kernel)
     _flax.check_can_update(kernel)
     assert isinstance(block._pytree__state, _flax.PytreeState)
     assert all(hasattr(block._pytree__state, flag) for flag in _flax.FLAGS)
