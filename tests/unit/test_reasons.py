@@ -33,3 +33,13 @@ def test_not_fast_carries_a_known_reason():
     assert str(refusal) == "effects: a callback"
     with pytest.raises(AssertionError):
         MustHandOff("some reason nobody documented")
+
+
+def test_an_error_building_an_executable_is_a_hand_off():
+    # A miss's output stands whatever building its executable raised: the
+    # entry's calls are handed off, for the reason said, or as not reusable.
+    own = MustHandOff(_reasons.EFFECTS, "io_callback")
+    assert MustHandOff.from_error(own) is own
+    other = MustHandOff.from_error(AttributeError("no out_tree"))
+    assert other.reason is _reasons.EXECUTABLE_NOT_REUSABLE
+    assert other.detail == "AttributeError('no out_tree')"
