@@ -132,7 +132,7 @@ cdef struct Found:
     PyObject* treedef      # parse: the structure of the traced arguments
     PyObject* leaves       # parse: the executable's inputs (a list or a tuple)
     PyObject* static_args  # parse: (label, type, value) triples, in key order
-    PyObject* context      # jax's trace context, read before parse: part of every key
+    PyObject* context      # parse: jax's trace context, part of every key
     PyObject* arg_names    # parse: the leaves' argument names, for reports
     PyObject* front        # parse: how reports name the leaves (or NULL)
     # parse: what the front end keeps open across the steps (nnx.jit: flax's
@@ -152,10 +152,11 @@ cdef inline void keep(PyObject** field, object value) noexcept:
 
 # What the front end's parse found: the call's traced arguments, for `find`.
 cdef inline void found_arguments(Found* found, object treedef, object leaves, tuple static_args,
-                                 tuple arg_names, object front) noexcept:
+                                 tuple context, tuple arg_names, object front) noexcept:
     keep(&found.treedef, treedef)
     keep(&found.leaves, leaves)
     keep(&found.static_args, static_args)
+    keep(&found.context, context)
     keep(&found.arg_names, arg_names)
     keep(&found.front, front)
 

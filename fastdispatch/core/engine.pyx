@@ -5,11 +5,10 @@ Every front end (``jit``, ``filter_jit``, ``nnx.jit``) is an Engine.  One call
 is ``Engine.call``, which reads as jaxlib's pjit.cc reads its own Call:
 
   state      jax's: a transformation tracing right now, or jax_debug_nans
-             on, hands the call off; else jax's trace context, part of
-             every key (``found.context``)
-  parse      the front end's: its guard, the call's leaves and static parts
-             (flatten, bind, split the graph); or the entry its own guard
-             proved
+             on, hands the call off
+  parse      the front end's: its guard, jax's trace context (part of every
+             key), the call's leaves and static parts (flatten, bind, split
+             the graph); or the entry its own guard proved
   find       the guard against the previous call's own signature, else a
              CallSignature looked up in the function's cache; a miss
              compiles (``compile``: the front end's ``cache_miss``, the
@@ -46,7 +45,6 @@ from contextlib import nullcontext
 from fastdispatch import _jax
 from fastdispatch import _reasons
 
-cdef object _trace_context = _jax.trace_context
 # jax's thread-local trace state: the holder, the attribute that holds it, and
 # its value with no transformation tracing (which attribute: _jax, by jax version).
 cdef object _trace_state = _jax.TRACE_STATE
@@ -315,6 +313,7 @@ cdef class Engine:
         the one hand-off; then, while one is set, the post hook."""
         cdef CallTimes times
         cdef Found found
+        cdef CompiledFunctionCache lru
         memset(&found, 0, sizeof(Found))
         _start_watch(&times)
         span = None
@@ -326,17 +325,23 @@ cdef class Engine:
         try:
             try:
                 # jax's state first: a transformation tracing right now stages
-                # the call (no context is read), and with jax_debug_nans on
-                # jax checks the outputs (jax.jit does, in its post hook).
+                # the call, and with jax_debug_nans on jax checks the outputs
+                # (jax.jit does, in its post hook).
                 if getattr(_trace_state, _trace_state_attr) is not _clean_trace_state:
                     reason = _TRACER
                 elif _special_checks_maybe_on and _needs_special_checks():
                     reason = _DEBUG_NANS
                 else:
-                    keep(&found.context, _trace_context())
                     reason = self.parse(call, &found, &times)
                 if reason is None and found.entry == NULL and found.out == NULL:
                     reason = self.find(call, &found, &times)
+                if found.entry != NULL:
+                    # A hit, run or handed off: the shared LRU counts it, and
+                    # the entry is its latest use.
+                    lru = self.executables.shared
+                    lru.clock += 1
+                    lru.hits += 1
+                    (<CacheEntry>found.entry).last_used = lru.clock
                 if reason is None and found.out == NULL:
                     reason = self.execute(call, &found, &times)
             finally:
@@ -485,10 +490,6 @@ cdef class Engine:
         cdef CacheEntry entry = <CacheEntry>found.entry
         if not entry.finished:   # a guess made by the thread compiling it, before it completed
             entry.wait(<object>call.function)
-        cdef CompiledFunctionCache lru = self.executables.shared
-        lru.clock += 1   # a hit: the shared LRU counts it, and the entry is its latest use
-        lru.hits += 1
-        entry.last_used = lru.clock
         if entry.executable is None:
             # An entry the library runs (numpy arguments, effects): still a
             # hit, found by the guard, so the hand-off costs as little as it can.

@@ -30,6 +30,9 @@ cdef class Inputs:
     # (a host value that does not convert, host data or a new scalar value
     # jax converts faster).
     cdef object prepare(self, object leaves)
+    # For new_scalars_hand_off: some scalar leaf holds a value neither kept on
+    # device nor the previous call's: jax.jit should take the call.
+    cdef bint new_scalar_in(self, PyObject** leaves)
     cdef bint _is_new(self, Py_ssize_t input, object bits)
     cdef object _scalar_buffer(self, Py_ssize_t input, object value, bint reuse)
 

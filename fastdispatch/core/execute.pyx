@@ -241,6 +241,14 @@ cdef class Inputs:
                 self.host_hand_off = self.later_host_hand_off
         return buffers
 
+    cdef bint new_scalar_in(self, PyObject** leaves):
+        cdef Py_ssize_t j
+        for j in range(self.num_inputs):
+            if self.input_kind[j] == LEAF_SCALAR and self._is_new(
+                    j, _scalar_bits(<object>leaves[self.input_leaf[j]])):
+                return True
+        return False
+
     cdef bint _is_new(self, Py_ssize_t input, object bits):
         """A value of this scalar input neither kept on device nor the one the
         previous call brought; it is the one now.  A value that comes twice in

@@ -34,7 +34,7 @@ from fastdispatch.core.engine cimport (
     AT_LAUNCHED, Call, CallTimes, Engine, Found, PyVectorcall_NARGS, call_args, call_from,
     call_kwargs, found_arguments, found_entry, install_vectorcall, reached,
     same_kwnames, trace_sink, warm_store)
-from fastdispatch.core.execute cimport HAND_OFF_NOW, make_executable, output_tree
+from fastdispatch.core.execute cimport HAND_OFF_NOW, Executable, make_executable, output_tree
 from fastdispatch.core.pytree.flatten cimport flatten_into
 from fastdispatch.core.pytree.treedef cimport TreeDef
 from fastdispatch.core.signature cimport CallSignature, LEAF_HOST, classify_leaf
@@ -51,6 +51,7 @@ cdef extern from "Python.h":
 
 
 cdef object _settings_hand_off = _jax.settings_hand_off
+cdef object _trace_context = _jax.trace_context
 cdef str _HOST_DATA = _reasons.HOST_DATA
 cdef str _NEW_SCALAR = _reasons.NEW_SCALAR
 cdef str _JAX_JIT = "jax.jit"
@@ -276,10 +277,12 @@ cdef class CompiledFunction(Engine):
         return self.call(&call)
 
     cdef str parse(self, Call* call, Found* found, CallTimes* times):
-        """The hand-off memo, the guard on the argument array, else flatten."""
+        """The hand-off memo, the guard on the argument array, jax's context,
+        else flatten."""
         cdef PreviousJitCall previous = <PreviousJitCall>self.previous
-        cdef tuple context = <tuple>found.context
-        cdef tuple leaves
+        cdef CacheEntry entry
+        cdef Executable executable
+        cdef tuple guarded = None   # the leaves of a call the previous one's layout guards
         if self.handed_off_like is not None and (<CallShape>self.handed_off_like).matches(call):
             # jax.jit took the last call of this shape: one it raises for (an
             # unhashable static argument, a leaf it rejects), or a call of
@@ -288,18 +291,37 @@ cdef class CompiledFunction(Engine):
             reason = self.handed_off_again(found)
             if reason is not None:
                 return reason
-        if previous is not None and not previous.entry.evicted:
-            if context is not previous.signature.context and context != previous.signature.context:
-                # jax's settings changed since the previous call: one jax.jit
-                # itself runs (disable_jit, say) goes to it before flattening.
-                reason = _settings_hand_off()
+        if previous is not None and not previous.entry.evicted and previous.layout is not None:
+            guarded = previous.layout.guard(call, previous.signature)
+            if guarded is not None:
+                # jax.jit converts host data (numpy values, a step counter's
+                # new value) faster than the entry would: such a call goes to
+                # it before jax's context is read (it cannot change that).
+                entry = previous.entry
+                executable = entry.executable
+                if executable is None:
+                    reason = entry.hand_off_reason if entry.hand_off_reason is _HOST_DATA else None
+                elif executable.inputs.host_hand_off:
+                    reason = _HOST_DATA
+                elif executable.inputs.new_scalars_hand_off and executable.inputs.new_scalar_in(
+                        PySequence_Fast_ITEMS(guarded)):
+                    reason = _NEW_SCALAR
+                else:
+                    reason = None
                 if reason is not None:
+                    found_entry(found, entry, guarded, None)   # a hit, handed off
                     return reason
-            elif previous.layout is not None:
-                leaves = previous.layout.guard(call, previous.signature)
-                if leaves is not None:
-                    found_entry(found, previous.entry, leaves, None)
-                    return None
+        context = _trace_context()
+        if previous is not None and not previous.entry.evicted and not (
+                context is previous.signature.context or context == previous.signature.context):
+            # jax's settings changed since the previous call: one jax.jit
+            # itself runs (disable_jit, say) goes to it before flattening.
+            reason = _settings_hand_off()
+            if reason is not None:
+                return reason
+        elif guarded is not None:
+            found_entry(found, previous.entry, guarded, None)
+            return None
         # Static arguments split off, the dynamic ones flattened.
         cdef tuple args = call_args(call)
         cdef dict kwargs = call_kwargs(call)
@@ -307,9 +329,9 @@ cdef class CompiledFunction(Engine):
         if self._has_static:
             args, kwargs, static_args = split_static(args, kwargs, self._static_argnums,
                                                      self._static_argnames)
-        cdef list leaves_found = []
-        cdef TreeDef treedef = flatten_into((args, kwargs), leaves_found)
-        found_arguments(found, treedef, leaves_found, static_args, self._dynamic_arg_names, None)
+        cdef list leaves = []
+        cdef TreeDef treedef = flatten_into((args, kwargs), leaves)
+        found_arguments(found, treedef, leaves, static_args, context, self._dynamic_arg_names, None)
         return None
 
     # -- the engine's hooks ------------------------------------------------

@@ -33,6 +33,7 @@ from fastdispatch import _jax, _reasons
 from fastdispatch._reasons import MustHandOff
 
 cdef str _FLAX = "flax"
+cdef object _trace_context = _jax.trace_context
 cdef str _NOT_GRAPH_UPDATES = _reasons.NOT_GRAPH_UPDATES
 
 # Set by fastdispatch.nnx (configure): what of flax the front end reads.
@@ -118,7 +119,7 @@ cdef class NnxJitFunction(Engine):
         the engine looks up, compiles or loads."""
         cdef tuple args = call_args(call)
         cdef dict kwargs = call_kwargs(call)
-        cdef tuple context = <tuple>found.context
+        cdef tuple context = _trace_context()
         cdef Record record
         cdef list inputs
         cdef Py_ssize_t i
@@ -169,7 +170,8 @@ cdef class NnxJitFunction(Engine):
                 return reason
         split = self.flax_call(self, args, kwargs, holding)
         keep(&found.scope, split)
-        found_arguments(found, split.treedef, split.leaves, split.static_args, (), split.paths)
+        found_arguments(found, split.treedef, split.leaves, split.static_args, context, (),
+                        split.paths)
         return None
 
     cdef object library_call(self, Call* call, Found* found):
