@@ -8,7 +8,7 @@ import tomllib
 import fastdispatch
 from fastdispatch.bench.whole_programs import PROGRAMS_DIR, find_programs, selected
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 
 def test_the_programs_live_in_the_package():
