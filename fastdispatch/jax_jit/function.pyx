@@ -6,11 +6,12 @@ jit's own is ``parse``, in this order:
   memo       a call shaped as the last one jax.jit took for what its
              arguments are (numpy values, a new step count, an unhashable
              static argument) goes to jax.jit before anything is read
-  settings   jax's context changed since the previous call: a setting jax.jit
-             runs itself (disable_jit) hands the call off
   guard      f(a, b, ...) laid out as the previous call (CallLayout): its
              leaves and static arguments checked in the caller's argument
-             array, and the previous call's entry runs it
+             array; host data jax.jit converts faster is handed off here
+  context    jax's trace context read; changed since the previous call, a
+             setting jax.jit runs itself (disable_jit) hands the call off;
+             else a guarded call runs the previous call's entry
   flatten    static args split off; dynamic args -> leaves + TreeDef, for
              the engine's find
 

@@ -23,9 +23,9 @@ from fastdispatch.core.engine cimport (
     found_arguments, found_entry, install_vectorcall, keep, reached, warm_store)
 from fastdispatch.core.execute cimport NEVER_HAND_OFF, Executable, Outputs, make_executable
 from fastdispatch.core.pytree.treedef cimport TreeDef
-from fastdispatch.nnx.record cimport MAX_RECORDS, Record
 from fastdispatch.core.signature cimport (
     CallSignature, LeafKind, LEAF_ARRAY, LEAF_HOST, classify_leaf, make_signature)
+from fastdispatch.nnx.record cimport MAX_RECORDS, Record
 from functools import partial as _partial
 
 from fastdispatch.core.cache import default_cache
@@ -54,7 +54,7 @@ def signature_of(TreeDef treedef, list leaves, tuple static_args=(), front=None)
     """The CallSignature of a split call's dynamic leaves and its static
     arguments' (label, type, value) triples, under jax's context now;
     ``front`` names its leaves for reports (see CallSignature.front)."""
-    signature = _signature_of(treedef, leaves, static_args, _jax.trace_context(), front)
+    signature = _signature_of(treedef, leaves, static_args, _trace_context(), front)
     if signature is None:
         raise TypeError("a leaf the dispatcher does not key")
     return signature
@@ -117,14 +117,14 @@ cdef class NnxJitFunction(Engine):
         """A record that proves the call's graph runs it; else flax's split
         (a FlaxCall, open across the steps: ``found.scope``), whose leaves
         the engine looks up, compiles or loads."""
+        if not self.fast:
+            return _NOT_GRAPH_UPDATES
         cdef tuple args = call_args(call)
         cdef dict kwargs = call_kwargs(call)
         cdef tuple context = _trace_context()
         cdef Record record
         cdef list inputs
         cdef Py_ssize_t i
-        if not self.fast:
-            return _NOT_GRAPH_UPDATES
         # nnx.cached_partial hands its call a static cache of the graph's
         # traversal, for flax's update context to take; a call a record serves
         # traverses nothing, so the cache is taken here, and given back to
