@@ -42,6 +42,12 @@ def forward(model, x):
     return model(x)
 
 
+@pytest.fixture
+def block():
+    """The Block most tests call: a Linear, a BatchNorm, an array attribute."""
+    return Block(nnx.Rngs(0))
+
+
 X = jnp.linspace(0, 1, 12).reshape(4, 3)
 
 
@@ -93,8 +99,7 @@ def test_flax_names_used():
 # -- records and guards ---------------------------------------------------------------
 
 
-def test_steady_state_calls_take_the_fast_path(sink):
-    block = Block(nnx.Rngs(0))
+def test_steady_state_calls_take_the_fast_path(sink, block):
     jitted = fnnx.jit(forward)
     for _ in range(4):
         jitted(block, X)
@@ -195,20 +200,18 @@ def test_a_changed_graph_is_split_again_then_recorded_again(sink, change):
         np.testing.assert_array_equal(a, b)
 
 
-def test_a_new_input_shape_is_another_record(sink):
-    block = Block(nnx.Rngs(0))
+def test_a_new_input_shape_is_another_record(sink, block):
     jitted = fnnx.jit(forward)
     for x in (X, X, X[:2], X[:2], X, X[:2]):
         jitted(block, x)
     assert outcomes(sink) == ["compile", "hit", "compile", "hit", "hit", "hit"]
 
 
-def test_shapes_loaded_by_warm_start_share_their_graph_s_record(sink, tmp_path):
+def test_shapes_loaded_by_warm_start_share_their_graph_s_record(sink, tmp_path, block):
     # A decode loop's prompt grows a token a step: more shapes of one graph
     # than there are records.  Loaded from the store, each shape is one more
     # of the graph's record, as compiled ones are, not a record of its own
     # (five records of one graph pushed each other out: every call loaded).
-    block = Block(nnx.Rngs(0))
     jitted = fnnx.jit(forward)
     prompts = [jnp.ones((n, 3)) for n in range(1, 7)]
     fastdispatch.warm_start(tmp_path, preload=False)
@@ -240,8 +243,7 @@ def test_host_values_are_converted_on_the_fast_path(sink):
     np.testing.assert_allclose(out, linear(X) * 3.0, rtol=1e-6)
 
 
-def test_calls_flax_runs_itself(sink):
-    block = Block(nnx.Rngs(0))
+def test_calls_flax_runs_itself(sink, block):
     jitted = fnnx.jit(forward)
     jitted(block, X)
     jax.jit(lambda x: jitted(Block(nnx.Rngs(1)), x))(X)
@@ -319,8 +321,7 @@ def test_the_wrapper_looks_like_the_function():
     assert isinstance(fastdispatch.nnx.jit(static_argnums=1), type(fnnx.jit(static_argnums=1)))
 
 
-def test_trace_report_names_the_user_function():
-    block = Block(nnx.Rngs(0))
+def test_trace_report_names_the_user_function(block):
     jitted = fnnx.jit(forward)
     with fastdispatch.trace() as t:
         for _ in range(3):
