@@ -292,7 +292,9 @@ cdef class CompiledFunction(Engine):
             reason = self.handed_off_again(found)
             if reason is not None:
                 return reason
-        if previous is not None and not previous.entry.evicted and previous.layout is not None:
+        if previous is not None and previous.entry.evicted:
+            previous = None   # its entry left the cache: no guess
+        if previous is not None and previous.layout is not None:
             guarded = previous.layout.guard(call, previous.signature)
             if guarded is not None:
                 # jax.jit converts host data (numpy values, a step counter's
@@ -313,7 +315,7 @@ cdef class CompiledFunction(Engine):
                     found_entry(found, entry, guarded, None)   # a hit, handed off
                     return reason
         context = _trace_context()
-        if previous is not None and not previous.entry.evicted and not (
+        if previous is not None and not (
                 context is previous.signature.context or context == previous.signature.context):
             # jax's settings changed since the previous call: one jax.jit
             # itself runs (disable_jit, say) goes to it before flattening.
