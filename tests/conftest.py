@@ -58,9 +58,9 @@ class RecordingSink:
 @pytest.fixture
 def sink():
     """Every call of every front end, recorded while the test runs."""
-    from fastdispatch.core import engine as _engine
+    from fastdispatch.core import watch as _watch
 
     recording = RecordingSink()
-    _engine.set_trace_sink(recording)
+    _watch.set_trace_sink(recording)
     yield recording
-    _engine.set_trace_sink(None)
+    _watch.set_trace_sink(None)

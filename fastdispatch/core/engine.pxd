@@ -7,6 +7,7 @@ from fastdispatch.core.cache cimport CacheEntry, FunctionCache
 from fastdispatch.core.keys cimport same_items
 from fastdispatch.core.pytree.treedef cimport TreeDef
 from fastdispatch.core.signature cimport CallSignature
+from fastdispatch.core.watch cimport CallTimes
 
 cdef extern from "Python.h":
     ctypedef PyObject* (*vectorcallfunc)(PyObject* callable, PyObject* const* args,
@@ -63,57 +64,6 @@ cdef inline dict call_kwargs(Call* call):
     for i in range(PyTuple_GET_SIZE(<tuple>call.kwnames)):
         kwargs[<object>PyTuple_GET_ITEM(<tuple>call.kwnames, i)] = <object>call.argv[nargs + i]
     return kwargs
-
-# The clock readings of one traced call; the report's phases lie between them.
-# The same boundaries open and close the call's jax.profiler spans.
-cdef struct CallTimes:
-    long long start        # the call arrived
-    long long flattened    # its leaves and structure are known
-    long long keyed        # its signature is known (or the guard passed)
-    long long found        # its entry is found (or its compile began)
-    long long launched     # the executable returned (or the compile ended)
-    long long end          # the output is ready
-    int watch              # who watches this call: WATCH_CLOCK | WATCH_SPANS, read once, at its start
-    PyObject* span         # WATCH_SPANS: the open phase's TraceMe span (owned), or NULL
-
-# CallTimes.watch: --trace takes the stamps; jax.profiler gets the spans.
-cdef enum:
-    WATCH_CLOCK = 1
-    WATCH_SPANS = 2
-
-# The boundaries of a call's phases, in order: the fields of CallTimes.
-cdef enum Stage:
-    AT_START
-    AT_FLATTENED
-    AT_KEYED
-    AT_FOUND
-    AT_LAUNCHED
-    AT_END
-
-# A phase boundary: with a watcher on, stamp the clock up to `stage` and
-# switch the profiler span to `next_phase` (None: none); else nothing.
-cdef inline int reached(CallTimes* times, Stage stage, str next_phase,
-                        str reason=None) except -1:
-    if times.watch:
-        stamp(times, stage, next_phase, reason)
-    return 0
-
-cdef int stamp(CallTimes* times, Stage stage, str next_phase, str reason) except -1
-
-# The call's output is ready, or it raised: with a watcher on, the last stamp
-# and, with --trace, its one trace event (hit or not, the seconds compiling in
-# ns, why it left the fast path, its signature); else nothing.
-cdef inline int ended(Call* call, CallTimes* times, bint hit, long long compile_ns, str reason,
-                      CallSignature signature) except -1:
-    if times.watch:
-        stamp_end(call, times, hit, compile_ns, reason, signature)
-    return 0
-
-cdef int stamp_end(Call* call, CallTimes* times, bint hit, long long compile_ns, str reason,
-                   CallSignature signature) except -1
-
-# The trace sink (fastdispatch.tracing) while tracing is on, else None.
-cdef object trace_sink()
 
 # jax's state: no transformation is tracing right now.
 cdef bint trace_state_clean() noexcept

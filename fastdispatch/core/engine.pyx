@@ -30,7 +30,7 @@ opens for the later steps (nnx.jit: flax's split, in flax's update context)
 it leaves in ``found.scope``, which the engine closes when the steps end.
 """
 from cpython.object cimport PyObject
-from cpython.ref cimport Py_INCREF, Py_XDECREF
+from cpython.ref cimport Py_XDECREF
 from libc.string cimport memset
 
 from fastdispatch.core.cache cimport CacheEntry, CompiledFunctionCache
@@ -39,6 +39,9 @@ from fastdispatch.core.execute cimport HandOff, Outputs
 from fastdispatch.core.pytree.treedef cimport TreeDef
 from fastdispatch.core.signature cimport (
     CallSignature, LeafKind, LEAF_HOST, LEAF_OTHER, LEAF_TRACER, UNHASHABLE_STATIC, make_signature)
+from fastdispatch.core.watch cimport (
+    AT_FLATTENED, AT_FOUND, AT_KEYED, WATCH_CLOCK, CallTimes, Watchers, end_watch, ended, reached,
+    sample_device, start_watch, watchers)
 
 from contextlib import nullcontext
 
@@ -57,18 +60,8 @@ cdef dict _UNKEYED = {
     LEAF_OTHER: _reasons.UNSUPPORTED_LEAF,
     UNHASHABLE_STATIC: _reasons.STATIC_ARGUMENT_ERROR,
 }
-
-# The trace sink (fastdispatch.tracing) while tracing is on, else None: the
-# one flag a call checks for --trace.
-cdef object _trace_sink = None
-
-# jax.profiler: is a capture running?  One call of jaxlib's static
-# TraceMe.is_enabled (an atomic load in C++), ~5 ns from here, per call
-# (docs/performance.md).  Spans begin when made and end at __exit__.
-cdef object _profiling = _jax.TRACE_ME.is_enabled
-cdef object _TraceMe = _jax.TRACE_ME
-cdef object _end_span = _jax.TRACE_ME.__exit__
-
+# Who watches calls (core/watch.pyx): --trace's sink, jax.profiler's capture.
+cdef Watchers _watchers = watchers()
 
 # The warm-start store while warm start is on, else None: read on a miss
 # only, so a hit never looks at it (fastdispatch.warm).
@@ -95,19 +88,6 @@ def library_function(function):
     if isinstance(function, Engine):
         return function.library_function()
     return function
-
-
-def set_trace_sink(sink):
-    """Send every call's timings to ``sink.record(...)``, and a sample of
-    fast-path calls' outputs to ``sink.device_time(...)`` where the sink has
-    it; None stops it."""
-    global _trace_sink, _device_sink
-    _trace_sink = sink
-    _device_sink = getattr(sink, "device_time", None)
-
-
-cdef object trace_sink():
-    return _trace_sink
 
 
 cdef bint trace_state_clean() noexcept:
@@ -140,92 +120,6 @@ def _special_checks_changed(maybe_on):
 
 
 _jax.watch_special_checks(_special_checks_changed)
-
-
-cdef int stamp(CallTimes* times, Stage stage, str next_phase, str reason) except -1:
-    """``reached`` with a watcher on: with --trace, every stamp up to ``stage``
-    not taken yet is taken now (so stamps never go backwards); under
-    jax.profiler, the open phase's span ends and ``next_phase``'s begins, with
-    the hand-off's ``reason`` as its metadata."""
-    cdef long long now
-    if times.watch & WATCH_CLOCK:
-        now = now_ns()
-        if times.start == 0:
-            times.start = now
-        if stage >= AT_FLATTENED and times.flattened == 0:
-            times.flattened = now
-        if stage >= AT_KEYED and times.keyed == 0:
-            times.keyed = now
-        if stage >= AT_FOUND and times.found == 0:
-            times.found = now
-        if stage >= AT_LAUNCHED and times.launched == 0:
-            times.launched = now
-        if stage >= AT_END and times.end == 0:
-            times.end = now
-    if times.watch & WATCH_SPANS:
-        _end_phase(times)
-        if next_phase is not None:
-            span = _TraceMe(next_phase) if reason is None else _TraceMe(next_phase, reason=reason)
-            Py_INCREF(span)
-            times.span = <PyObject*>span
-    return 0
-
-
-cdef int stamp_end(Call* call, CallTimes* times, bint hit, long long compile_ns, str reason,
-                   CallSignature signature) except -1:
-    """``ended`` with a watcher on: the last stamp, the last span closed, and
-    with --trace the call's one trace event, handed to the sink."""
-    stamp(times, AT_END, None, None)
-    sink = _trace_sink
-    if times.watch & WATCH_CLOCK and sink is not None:
-        sink.record(
-            <object>call.function,
-            (times.start, times.flattened, times.keyed, times.found, times.launched, times.end),
-            hit, compile_ns, reason, signature)
-    return 0
-
-
-# --trace learns what a call costs the device by waiting for the outputs of
-# the first DEVICE_BURST of every DEVICE_EVERY launches it watches, once the
-# call is recorded: the first of a burst empties the device's queue, so that
-# each next one runs alone, and the wait after its launch returned is the
-# device's work the launch left (sink.device_time).
-cdef enum:
-    DEVICE_EVERY = 256
-    DEVICE_BURST = 4
-DEVICE_SAMPLING = (DEVICE_EVERY, DEVICE_BURST)
-cdef unsigned long long _watched_launches = 0
-cdef object _device_sink = None  # the trace sink's device_time, if it has one
-
-
-cdef int _sample_device(Call* call, CallTimes* times, object outputs) except -1:
-    global _watched_launches
-    cdef unsigned long long index = _watched_launches % DEVICE_EVERY
-    _watched_launches += 1
-    sink = _device_sink
-    if index < DEVICE_BURST and sink is not None:
-        sink(<object>call.function, index, times.start, times.launched, outputs)
-    return 0
-
-
-cdef int _end_phase(CallTimes* times) except -1:
-    cdef PyObject* span = times.span
-    if span != NULL:
-        times.span = NULL
-        try:
-            _end_span(<object>span, None, None, None)
-        finally:
-            Py_XDECREF(span)
-    return 0
-
-
-cdef inline void _start_watch(CallTimes* times):
-    times.start = times.flattened = times.keyed = times.found = 0
-    times.launched = times.end = 0
-    times.span = NULL
-    times.watch = WATCH_CLOCK if _trace_sink is not None else 0
-    if _profiling():
-        times.watch |= WATCH_SPANS
 
 
 cdef object _NOT_RECORDING = nullcontext()
@@ -315,13 +209,7 @@ cdef class Engine:
         cdef Found found
         cdef CompiledFunctionCache lru
         memset(&found, 0, sizeof(Found))
-        _start_watch(&times)
-        span = None
-        if times.watch & WATCH_SPANS:
-            span = _TraceMe(self.span_name)
-            stamp(&times, AT_START, "flatten", None)
-        elif times.watch:
-            times.start = now_ns()
+        span = start_watch(&times, _watchers, self.span_name)
         try:
             try:
                 # jax's state first: a transformation tracing right now stages
@@ -358,14 +246,11 @@ cdef class Engine:
                     out = self.library_call(call, &found)
                 finally:
                     # Recorded also when the library raises: the report counts the hand-off.
-                    ended(call, &times, False, 0, reason, _reported_signature(&found))
+                    ended(call.function, &times, False, 0, reason, _reported_signature(&found))
         finally:
             _release(&found)
             if span is not None:
-                try:
-                    _end_phase(&times)   # still open when the call raised
-                finally:
-                    _end_span(span, None, None, None)
+                end_watch(&times, span)
         if _post_hooks:
             return self.returned(call, out)
         return out
@@ -436,7 +321,7 @@ cdef class Engine:
                                         _NOT_RECORDING if store is None else store.recording_warnings())
         except BaseException as error:
             self.executables.fail(entry, error)
-            ended(call, times, False, now_ns() - began, _reasons.COMPILE_ERROR, entry.signature)
+            ended(call.function, times, False, now_ns() - began, _reasons.COMPILE_ERROR, entry.signature)
             raise
         cdef long long compiled = now_ns() - began
         if type(fast) is tuple:
@@ -444,7 +329,7 @@ cdef class Engine:
         else:
             entry.hand_off_detail = fast.detail
             self.executables.complete(entry, None, None, fast.reason, compiled / 1e9)
-        ended(call, times, False, compiled, entry.hand_off_reason, entry.signature)
+        ended(call.function, times, False, compiled, entry.hand_off_reason, entry.signature)
         keep(&found.out, out)
         return None
 
@@ -503,9 +388,9 @@ cdef class Engine:
             return (<HandOff>outputs).reason
         finish = entry.finish if found.finish == NULL else <object>found.finish
         keep(&found.out, (<Outputs>finish).rebuild(outputs))
-        ended(call, times, True, 0, None, entry.signature)
+        ended(call.function, times, True, 0, None, entry.signature)
         if times.watch & WATCH_CLOCK:
-            _sample_device(call, times, outputs)
+            sample_device(call.function, times, outputs)
         return None
 
     cdef void remember_hand_off(self, object like, str reason, CallSignature signature):

@@ -42,8 +42,9 @@ from fastdispatch.core.execute cimport (
     NEVER_HAND_OFF, Executable, Outputs, make_executable, our_treedef)
 from fastdispatch.core.cache cimport CacheEntry, CompiledFunctionCache
 from fastdispatch.core.engine cimport (
-    AT_LAUNCHED, Call, CallTimes, Engine, Found, PreviousCall, call_args, call_from,
-    call_kwargs, found_arguments, found_entry, reached, warm_store)
+    Call, Engine, Found, PreviousCall, call_args, call_from, call_kwargs, found_arguments,
+    found_entry, warm_store)
+from fastdispatch.core.watch cimport AT_LAUNCHED, CallTimes, reached
 from fastdispatch.equinox.bind cimport BindPlan, bound_argument, make_plan
 from fastdispatch.equinox.same_call cimport SameCall, record_same
 from fastdispatch.core.cache import default_cache

@@ -2,7 +2,7 @@
 cimport cython
 from cpython.object cimport PyObject
 from fastdispatch.core.cache cimport CacheEntry, CompiledFunctionCache
-from fastdispatch.core.engine cimport Call, CallTimes, Engine, PreviousCall
+from fastdispatch.core.engine cimport Call, Engine, PreviousCall
 from fastdispatch.core.signature cimport CallSignature
 
 

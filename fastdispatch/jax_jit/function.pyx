@@ -32,13 +32,13 @@ from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE, PyTuple_New, PyTu
 
 from fastdispatch.core.cache cimport CacheEntry, CompiledFunctionCache
 from fastdispatch.core.engine cimport (
-    AT_LAUNCHED, Call, CallTimes, Engine, Found, PyVectorcall_NARGS, call_args, call_from,
-    call_kwargs, found_arguments, found_entry, install_vectorcall, reached,
-    same_kwnames, trace_sink, warm_store)
+    Call, Engine, Found, PyVectorcall_NARGS, call_args, call_from, call_kwargs, found_arguments,
+    found_entry, install_vectorcall, same_kwnames, warm_store)
 from fastdispatch.core.execute cimport HAND_OFF_NOW, Executable, make_executable, output_tree
 from fastdispatch.core.pytree.flatten cimport flatten_into
 from fastdispatch.core.pytree.treedef cimport TreeDef
 from fastdispatch.core.signature cimport CallSignature, LEAF_HOST, classify_leaf
+from fastdispatch.core.watch cimport AT_LAUNCHED, CallTimes, reached, trace_sink
 from fastdispatch.jax_jit.layout cimport CallShape, shape_of, split_static
 from fastdispatch.core.cache import default_cache
 from fastdispatch import _jax, _reasons

@@ -1,7 +1,7 @@
 # The nnx.jit front end (flax NNX's jit, graph mode) of the engine.
 cimport cython
 from fastdispatch.core.cache cimport CacheEntry
-from fastdispatch.core.engine cimport Call, CallTimes, Engine, Found
+from fastdispatch.core.engine cimport Call, Engine, Found
 from fastdispatch.core.execute cimport Executable, Outputs
 from fastdispatch.core.signature cimport CallSignature
 

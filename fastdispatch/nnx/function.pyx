@@ -19,12 +19,13 @@ from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE
 
 from fastdispatch.core.cache cimport CacheEntry, CompiledFunctionCache
 from fastdispatch.core.engine cimport (
-    AT_LAUNCHED, Call, CallTimes, Engine, Found, call_args, call_from, call_kwargs,
-    found_arguments, found_entry, install_vectorcall, keep, reached, warm_store)
+    Call, Engine, Found, call_args, call_from, call_kwargs, found_arguments, found_entry,
+    install_vectorcall, keep, warm_store)
 from fastdispatch.core.execute cimport NEVER_HAND_OFF, Executable, Outputs, make_executable
 from fastdispatch.core.pytree.treedef cimport TreeDef
 from fastdispatch.core.signature cimport (
     CallSignature, LeafKind, LEAF_ARRAY, LEAF_HOST, classify_leaf, make_signature)
+from fastdispatch.core.watch cimport AT_LAUNCHED, CallTimes, reached
 from fastdispatch.nnx.record cimport MAX_RECORDS, Record
 from functools import partial as _partial
 

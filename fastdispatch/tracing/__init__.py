@@ -28,7 +28,7 @@ import contextlib
 import os
 import threading
 
-from fastdispatch.core import engine as _engine
+from fastdispatch.core import watch as _watch
 
 # The recorder and the report (numpy, inspect, json) are imported by the first
 # trace, not by ``import fastdispatch``: a program that never traces skips them.
@@ -68,7 +68,7 @@ def _install():
         sink = _active[0]
     else:
         sink = _FanOut(_active)
-    _engine.set_trace_sink(sink)
+    _watch.set_trace_sink(sink)
 
 
 def start(max_events=100_000, watch_host=False):

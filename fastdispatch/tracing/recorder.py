@@ -1,6 +1,6 @@
 """The recorder: the trace sink the dispatcher calls on every call.
 
-A ``Trace`` is what ``fastdispatch.core.engine.set_trace_sink`` hands every call
+A ``Trace`` is what ``fastdispatch.core.watch.set_trace_sink`` hands every call
 of every compiled function to.  Recording stays cheap: ``record`` appends one
 tuple to a list.  Every ``_FOLD_EVERY`` calls (and before a report) the pending
 tuples are folded into per-function aggregates (``FunctionStats``), which never
@@ -263,7 +263,7 @@ class Trace:
         if len(self._pending) >= _FOLD_EVERY:
             self._fold()
 
-    # -- device time (sampled: core.engine's DEVICE_SAMPLING) -------------
+    # -- device time (sampled: core.watch's DEVICE_SAMPLING) -------------
     def device_time(self, fn, index, start, launched, outputs):
         """A call just ran on the fast path (it started at ``start``; its
         launch returned at ``launched``): wait for its ``outputs``, and

@@ -11,7 +11,7 @@ def check_sharded_calls_are_fast():
     from jax.sharding import PartitionSpec as P
 
     import fastdispatch
-    from fastdispatch.core import engine as _engine
+    from fastdispatch.core import watch as _watch
 
     class Sink:
         def __init__(self):
@@ -33,7 +33,7 @@ def check_sharded_calls_are_fast():
     y = jax.device_put(jnp.ones(3), jax.devices()[5])
 
     sink = Sink()
-    _engine.set_trace_sink(sink)
+    _watch.set_trace_sink(sink)
     try:
         for _ in range(3):
             doubled = by_input(x)
@@ -41,7 +41,7 @@ def check_sharded_calls_are_fast():
             moved = on_device(y)
             halved = scaled(x, 0.5)
     finally:
-        _engine.set_trace_sink(None)
+        _watch.set_trace_sink(None)
     assert sink.hand_offs == [None] * 12, sink.hand_offs
     assert doubled.sharding.is_equivalent_to(jax.jit(lambda a: a * 2)(x).sharding, 2)
     assert product.sharding == grid

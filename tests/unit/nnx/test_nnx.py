@@ -433,7 +433,7 @@ def _mesh_program_body():
 
     from jax.sharding import PartitionSpec as P
 
-    from fastdispatch.core import engine as _engine
+    from fastdispatch.core import watch as _watch
 
     warnings.filterwarnings("ignore", "Some donated buffers were not usable")  # int32 prompts: as stock
     jax.set_mesh(jax.make_mesh((2, 1), ("batch", "model")))
@@ -471,7 +471,7 @@ def _mesh_program_body():
 
     ours, reference = program(fnnx.jit), program(nnx.jit)
     sink = _Outcomes()
-    _engine.set_trace_sink(sink)
+    _watch.set_trace_sink(sink)
     rng = np.random.default_rng(0)
     for step in range(12):
         tokens = rng.integers(0, 8, size=(4, 5)).astype(np.int32)
@@ -490,7 +490,7 @@ def _mesh_program_body():
                 results.append(generated)
             assert results[0] == results[1]
             _assert_same_arrays(nnx.state(ours[0]), nnx.state(reference[0]))
-    _engine.set_trace_sink(None)
+    _watch.set_trace_sink(None)
     # train_step compiles once, then hits (the metrics' fresh arrays after a
     # reset too); next_token compiles once per prompt length, then hits.
     assert sink.calls.count("compile") == 1 + 3, sink.calls

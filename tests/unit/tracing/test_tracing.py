@@ -19,7 +19,7 @@ from frontends import needs_flax
 
 import fastdispatch
 from fastdispatch import tracing
-from fastdispatch.core import engine as _engine
+from fastdispatch.core import watch as _watch
 from fastdispatch.tracing import recorder, report
 from fastdispatch.tracing.explain import describe, explain_change
 from fastdispatch.tracing.recorder import PHASES, Trace
@@ -46,11 +46,11 @@ class _Capture:
 def signature_of(fun, *args, jit_options=None, **kwargs):
     """The CallSignature fastdispatch.jit(fun) keys this call with."""
     capture = _Capture()
-    _engine.set_trace_sink(capture)
+    _watch.set_trace_sink(capture)
     try:
         fastdispatch.jit(fun, **(jit_options or {}))(*args, **kwargs)
     finally:
-        _engine.set_trace_sink(None)
+        _watch.set_trace_sink(None)
     return capture.signature
 
 
@@ -475,7 +475,7 @@ def test_a_live_function_keeps_no_finished_trace_alive():
 def sinks(monkeypatch):
     """Captures what trace() installs as the dispatcher's sink."""
     installed = []
-    monkeypatch.setattr(_engine, "set_trace_sink", installed.append)
+    monkeypatch.setattr(_watch, "set_trace_sink", installed.append)
     return installed
 
 

@@ -1,0 +1,7 @@
+"""Type stubs for the compiled module fastdispatch.core.watch."""
+
+from typing import Any
+
+DEVICE_SAMPLING: tuple[int, int]
+
+def set_trace_sink(sink: Any) -> None: ...
