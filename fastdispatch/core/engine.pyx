@@ -91,7 +91,6 @@ def library_function(function):
 
 
 cdef bint trace_state_clean() noexcept:
-    # Engine.call reads the same, written out on its hot path.
     return getattr(_trace_state, _trace_state_attr) is _clean_trace_state
 
 
@@ -215,7 +214,7 @@ cdef class Engine:
                 # jax's state first: a transformation tracing right now stages
                 # the call, and with jax_debug_nans on jax checks the outputs
                 # (jax.jit does, in its post hook).
-                if getattr(_trace_state, _trace_state_attr) is not _clean_trace_state:
+                if not trace_state_clean():
                     reason = _TRACER
                 elif _special_checks_maybe_on and _needs_special_checks():
                     reason = _DEBUG_NANS

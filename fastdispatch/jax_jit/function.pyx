@@ -315,8 +315,7 @@ cdef class CompiledFunction(Engine):
                     found_entry(found, entry, guarded, None)   # a hit, handed off
                     return reason
         context = _trace_context()
-        if previous is not None and not (
-                context is previous.signature.context or context == previous.signature.context):
+        if previous is not None and not previous.signature.same_context(context):
             # jax's settings changed since the previous call: one jax.jit
             # itself runs (disable_jit, say) goes to it before flattening.
             reason = _settings_hand_off()
