@@ -28,6 +28,8 @@ the call's ``Found`` (core/engine.pxd).  A front end is an Engine subclass
 with the hooks below, each given the call and its Found; what its parse
 opens for the later steps (nnx.jit: flax's split, in flax's update context)
 it leaves in ``found.scope``, which the engine closes when the steps end.
+The steps mark their phases' boundaries for whoever watches the call
+(``reached``, ``ended``: --trace, jax.profiler; core/watch.pyx).
 """
 from cpython.object cimport PyObject
 from cpython.ref cimport Py_XDECREF
