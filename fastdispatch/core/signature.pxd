@@ -66,13 +66,16 @@ cdef class CallSignature:
     # the structure is the same by construction; jax's context is compared
     # by same_context.
     cdef bint matches_leaves(self, PyObject** leaves, Py_ssize_t n)
+    # matches_leaves by equality where identity fails (a fresh batch, values
+    # another executable made): each such leaf keyed anew and, equal to its
+    # key, its objects taken in place of the key's, so that the next call
+    # holding them passes by identity.  False as soon as one leaf's key
+    # differs (the keys before it may hold the equal objects taken).
+    cdef bint adopt_leaves(self, PyObject** leaves, Py_ssize_t n) except -1
     # The same guard on the one leaf keyed at index i.
     cdef bint matches_leaf(self, object leaf, Py_ssize_t i)
     # jax's context at a call is this signature's.
     cdef bint same_context(self, tuple context) except -1
-    # Let the identity guard accept, for each key leaf, the physical sharding
-    # object of `earlier` (an equal signature) as well as its own.
-    cdef int accept_shardings_of(self, CallSignature earlier) except -1
     # The executable of `other` runs calls of this signature as jax would:
     # equal, but for arrays whose avals differ only by an empty abstract mesh
     # on one side (made outside jit, under jax.set_mesh), placed alike

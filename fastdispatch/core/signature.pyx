@@ -20,6 +20,7 @@ cimport cython
 cimport numpy as cnp
 from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
 from cpython.long cimport PyLong_AsSsize_t
+from cpython.sequence cimport PySequence_Fast_ITEMS
 from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE
 from cpython.mem cimport PyMem_Calloc, PyMem_Free
 from libc.string cimport memset
@@ -280,6 +281,23 @@ cdef object _view(LeafKey* key):
         _view_field(key.dtype), _view_field(key.shape))
 
 
+cdef void _adopt(LeafKey* key, LeafKey* fresh) noexcept:
+    """Swap the objects of ``fresh``, a key equal to ``key``, into ``key``; its
+    old ones are left in ``fresh``, for the caller to release (no object is
+    released here, so no other thread sees a key half swapped).  A key's old
+    physical sharding stays acceptable (jax's executables give a key's
+    physical array either of two equivalent shardings)."""
+    cdef LeafKey old = key[0]
+    key.aval, key.sharding, key.impl = fresh.aval, fresh.sharding, fresh.impl
+    key.py_type, key.dtype, key.shape = fresh.py_type, fresh.dtype, fresh.shape
+    fresh.aval, fresh.sharding, fresh.impl = old.aval, old.sharding, old.impl
+    fresh.py_type, fresh.dtype, fresh.shape = old.py_type, old.dtype, old.shape
+    if key.kind == LEAF_KEY and old.sharding != NULL and old.sharding != key.sharding:
+        Py_INCREF(<object>old.sharding)
+        fresh.other_sharding = old.other_sharding
+        key.other_sharding = old.sharding
+
+
 cdef void _release_key(LeafKey* key):
     Py_XDECREF(key.aval)
     Py_XDECREF(key.sharding)
@@ -365,6 +383,33 @@ cdef class CallSignature:
                 return False
         return True
 
+    cdef bint adopt_leaves(self, PyObject** leaves, Py_ssize_t n) except -1:
+        cdef Py_ssize_t i
+        cdef LeafKey fresh
+        cdef LeafKind kind
+        if n != self.num_leaves:
+            return False
+        for i in range(n):
+            leaf = <object>leaves[i]
+            if _leaf_matches(leaf, &self.keys[i]):
+                continue
+            kind = classify_leaf(leaf)
+            if kind != self.keys[i].kind:
+                return False
+            memset(&fresh, 0, sizeof(LeafKey))
+            try:
+                _fill_key(&fresh, leaf, kind)
+                if not _same_key(&fresh, &self.keys[i]):
+                    return False
+                _adopt(&self.keys[i], &fresh)
+            finally:
+                _release_key(&fresh)
+        return True
+
+    def adopt_leaves_now(self, list leaves):
+        """``adopt_leaves`` on a list of leaves (for tests)."""
+        return self.adopt_leaves(PySequence_Fast_ITEMS(leaves), PyList_GET_SIZE(leaves))
+
     cdef bint matches_leaf(self, object leaf, Py_ssize_t i):
         return 0 <= i < self.num_leaves and _leaf_matches(leaf, &self.keys[i])
 
@@ -390,19 +435,6 @@ cdef class CallSignature:
                     and _same_placement(a, b) and _same_but_abstract_mesh(<object>a.aval, <object>b.aval)):
                 return False
         return True
-
-    cdef int accept_shardings_of(self, CallSignature earlier) except -1:
-        cdef Py_ssize_t i
-        cdef LeafKey* key
-        cdef PyObject* sharding
-        for i in range(min(self.num_leaves, earlier.num_leaves)):
-            key = &self.keys[i]
-            sharding = earlier.keys[i].sharding
-            if key.kind != LEAF_KEY or sharding == NULL or sharding == key.sharding:
-                continue
-            Py_XDECREF(key.other_sharding)
-            key.other_sharding = _owned(<object>sharding)
-        return 0
 
     def leaf_paths(self):
         """Each keyed leaf's path (a tuple of jax key entries), in key order."""

@@ -143,19 +143,19 @@ cdef class NnxJitFunction(Engine):
             if inputs is None:
                 continue
             holding = record
-            if not (record.signature.same_context(context) and record.signature.matches_leaves(
+            # Equal avals, other objects (a fresh batch, values another
+            # executable made): the same executable; the call's objects guard
+            # the next call (adopt_leaves).
+            if not (record.signature.same_context(context) and record.signature.adopt_leaves(
                     PySequence_Fast_ITEMS(inputs), PyList_GET_SIZE(inputs))):
-                # Equal avals, other objects (values another executable made):
-                # the same executable; its own objects guard the next call.
+                # Another context, or a shape of this graph's another
+                # executable runs (or none yet).
                 signature = _signature_of(record.signature.treedef, inputs,
                                           record.signature.static_args, context,
                                           record.signature.front)
                 if signature is None:
                     continue
-                if signature == record.signature:
-                    signature.accept_shardings_of(record.signature)
-                    record.signature = signature
-                elif not record.switch_to(signature) and not signature.runs_as(record.signature):
+                if not record.switch_to(signature) and not signature.runs_as(record.signature):
                     continue   # a shape of this graph no executable runs yet
             if i:
                 self.records = (record,) + records[:i] + records[i + 1:]

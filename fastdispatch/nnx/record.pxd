@@ -62,7 +62,7 @@ cdef class Record(Outputs):
     cdef readonly tuple slots      # per root leaf, in order: a Variable, or (owner, attribute)
     # The executable of the graph's leaves as the last call gave them ...
     cdef CacheEntry entry          # the executable of this structure
-    cdef CallSignature signature   # the recorded leaves: the identity guard of the inputs
+    cdef readonly CallSignature signature  # the recorded leaves: the identity guard of the inputs
     cdef TreeDef out_treedef       # the structure of what the function returns
     # ... and of the other shapes calls on the same graph gave (a decode loop's
     # growing prompt): CallSignature -> (CacheEntry, out TreeDef), oldest first

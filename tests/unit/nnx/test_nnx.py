@@ -310,6 +310,26 @@ def test_training_with_an_optimizer_stays_on_the_fast_path(sink):
     assert losses == sorted(losses, reverse=True)
 
 
+def test_a_fresh_batch_each_step_is_adopted_by_the_record(sink, block):
+    # A batch put on the device each step holds objects of its own (here its
+    # sharding): the record's signature takes them in place (no new signature
+    # is made), and the step stays a hit.
+    jitted = fnnx.jit(forward)
+    twin = nnx.jit(forward)
+    stock = nnx.clone(block)
+    device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+    signatures = []
+    for step in range(5):
+        batch = jax.device_put(np.asarray(X) + step, device)
+        np.testing.assert_allclose(jitted(block, batch), twin(stock, batch))
+        (record,) = jitted._records() or (None,)
+        signatures.append(None if record is None else record.signature)
+    assert signatures[-1].leaf_keys()[-1].sharding is batch.sharding
+    assert signatures[-1] is signatures[-2] is signatures[-3]
+    # (The first call commits the model's arrays: its graph is recorded from the second.)
+    assert outcomes(sink)[-3:] == ["hit"] * 3
+
+
 def test_the_wrapper_looks_like_the_function():
     def step(model, x):
         """Step docs."""
