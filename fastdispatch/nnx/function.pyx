@@ -148,8 +148,8 @@ cdef class NnxJitFunction(Engine):
             # the next call (adopt_leaves).
             if not (record.signature.same_context(context) and record.signature.adopt_leaves(
                     PySequence_Fast_ITEMS(inputs), PyList_GET_SIZE(inputs))):
-                # Another context, or a shape of this graph's another
-                # executable runs (or none yet).
+                # Another context, or another shape of this graph: one
+                # another executable runs, or none yet.
                 signature = _signature_of(record.signature.treedef, inputs,
                                           record.signature.static_args, context,
                                           record.signature.front)
