@@ -204,6 +204,33 @@ def numpy_batches(fn, args, kwargs, n):
     return (params, x, y), params
 
 
+# --- the same step on batches already on the device (a prefetching loader) -------
+
+DEVICE_BATCHES = 16
+
+
+@functools.cache
+def _device_batches():
+    # Each array put on the device apart, as a loader prefetching to the device
+    # puts each batch: objects of its own (aval, sharding) every step.
+    return tuple(
+        tuple(jax.device_put(a) for a in batch)
+        for batch in itertools.islice(itertools.cycle(_numpy_batches()), DEVICE_BATCHES)
+    )
+
+
+def _device_batch_args():
+    x, y = _device_batches()[0]
+    return (make_params(0.5, BATCH_LAYERS), x, y), {}
+
+
+def device_batches(fn, args, kwargs, n):
+    params, x, y = args
+    for x, y in itertools.islice(itertools.cycle(_device_batches()), n):
+        params = fn(params, x, y)
+    return (params, x, y), params
+
+
 # --- effects: jax.debug.print, an ordered io_callback ----------------------------
 
 
@@ -741,6 +768,15 @@ WORKLOADS = [
         loop=numpy_batches,
         note=f"params: {BATCH_LAYERS}-layer dict fed back; x, y: numpy f32[4,8], "
         f"{NUMPY_BATCHES} batches in turn; raw limit puts the first batch on the device each call",
+    ),
+    Workload(
+        "device_batch",
+        "SGD step on a new device batch",
+        sgd_batch_step,
+        _device_batch_args,
+        loop=device_batches,
+        note=f"params: {BATCH_LAYERS}-layer dict fed back; x, y: f32[4,8] put on the device "
+        f"apart, {DEVICE_BATCHES} batches in turn; raw limit runs the first batch every call",
     ),
     _effect_step("debug_print", "jax.debug.print step", printed_step, "stdout to os.devnull", quiet=True),
     _effect_step(

@@ -266,11 +266,12 @@ cdef class Engine:
         cdef tuple static_args = <tuple>found.static_args
         cdef tuple context = <tuple>found.context
         # The guard compares with the previous call's own objects, not the
-        # entry's: a training loop feeds back outputs whose avals differ (by
-        # identity) from those of the arrays it was first called with.
+        # entry's, and takes an equal leaf's objects as its own: a training
+        # loop feeds back outputs whose avals differ (by identity) from those
+        # of the arrays it was first called with, and a fresh batch each step.
         cdef PreviousCall previous = self.previous
         if (previous is not None and not previous.entry.evicted
-                and previous.signature.matches_call(treedef, leaves, static_args, context)):
+                and previous.signature.adopts_call(treedef, leaves, static_args, context)):
             self.guard_passed(call, previous, leaves)
             keep(&found.entry, previous.entry)
             return None

@@ -58,22 +58,21 @@ cdef class CallSignature:
 
     # The steady-state guard: same structure, same statics, same context, and
     # every leaf of the same kind carrying the very same aval, sharding and
-    # committed objects (no __eq__ called on them).
-    cdef bint matches_call(self, TreeDef treedef, list leaves, tuple static_args,
-                           tuple context)
+    # committed objects (no __eq__ called on them).  A leaf that fails
+    # identity (a fresh batch, values another executable made) is keyed anew
+    # and, equal to its key, its objects are taken in place of the key's
+    # (adopted), so that the next call holding them passes by identity: the
+    # call is the one the cache would find this signature's entry for.
+    cdef bint adopts_call(self, TreeDef treedef, list leaves, tuple static_args,
+                          tuple context) except -1
     # The same guard on the leaves alone, taken straight from a call's
-    # argument array (see jit's CallLayout) or a graph's slots (_nnx):
+    # argument array (see jit's CallLayout) or a graph's slots (nnx):
     # the structure is the same by construction; jax's context is compared
-    # by same_context.
-    cdef bint matches_leaves(self, PyObject** leaves, Py_ssize_t n)
-    # matches_leaves by equality where identity fails (a fresh batch, values
-    # another executable made): each such leaf keyed anew and, equal to its
-    # key, its objects taken in place of the key's, so that the next call
-    # holding them passes by identity.  False as soon as one leaf's key
-    # differs (the keys before it may hold the equal objects taken).
+    # by same_context.  False as soon as one leaf's key differs (the keys
+    # before it may hold the equal objects taken).
     cdef bint adopt_leaves(self, PyObject** leaves, Py_ssize_t n) except -1
     # The same guard on the one leaf keyed at index i.
-    cdef bint matches_leaf(self, object leaf, Py_ssize_t i)
+    cdef bint adopt_leaf(self, object leaf, Py_ssize_t i) except -1
     # jax's context at a call is this signature's.
     cdef bint same_context(self, tuple context) except -1
     # The executable of `other` runs calls of this signature as jax would:

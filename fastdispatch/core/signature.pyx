@@ -298,6 +298,24 @@ cdef void _adopt(LeafKey* key, LeafKey* fresh) noexcept:
         key.other_sharding = old.sharding
 
 
+cdef bint _adopt_equal(LeafKey* key, object leaf) except -1:
+    """The slow half of the guard: ``leaf`` failed identity; keyed anew and
+    equal to ``key``, its objects are taken into ``key`` (``_adopt``)."""
+    cdef LeafKey fresh
+    cdef LeafKind kind = classify_leaf(leaf)
+    if kind != key.kind:
+        return False
+    memset(&fresh, 0, sizeof(LeafKey))
+    try:
+        _fill_key(&fresh, leaf, kind)
+        if not _same_key(&fresh, key):
+            return False
+        _adopt(key, &fresh)
+        return True
+    finally:
+        _release_key(&fresh)
+
+
 cdef void _release_key(LeafKey* key):
     Py_XDECREF(key.aval)
     Py_XDECREF(key.sharding)
@@ -356,9 +374,8 @@ cdef class CallSignature:
                 return False
         return self.static_args == o.static_args
 
-    cdef bint matches_call(self, TreeDef treedef, list leaves, tuple static_args,
-                           tuple context):
-        cdef Py_ssize_t i
+    cdef bint adopts_call(self, TreeDef treedef, list leaves, tuple static_args,
+                          tuple context) except -1:
         if treedef is not self.treedef and not treedef.same_as(self.treedef):
             return False
         if not _same_tuple(context, self.context):
@@ -369,49 +386,25 @@ cdef class CallSignature:
                     return False
             except Exception:
                 return False   # a static argument's __eq__ raised: the lookup reports it
-        for i in range(PyList_GET_SIZE(leaves)):
-            if not _leaf_matches(<object>PyList_GET_ITEM(leaves, i), &self.keys[i]):
-                return False
-        return True
-
-    cdef bint matches_leaves(self, PyObject** leaves, Py_ssize_t n):
-        cdef Py_ssize_t i
-        if n != self.num_leaves:
-            return False
-        for i in range(n):
-            if not _leaf_matches(<object>leaves[i], &self.keys[i]):
-                return False
-        return True
+        return self.adopt_leaves(PySequence_Fast_ITEMS(leaves), PyList_GET_SIZE(leaves))
 
     cdef bint adopt_leaves(self, PyObject** leaves, Py_ssize_t n) except -1:
         cdef Py_ssize_t i
-        cdef LeafKey fresh
-        cdef LeafKind kind
         if n != self.num_leaves:
             return False
         for i in range(n):
-            leaf = <object>leaves[i]
-            if _leaf_matches(leaf, &self.keys[i]):
-                continue
-            kind = classify_leaf(leaf)
-            if kind != self.keys[i].kind:
+            if not (_leaf_matches(<object>leaves[i], &self.keys[i])
+                    or _adopt_equal(&self.keys[i], <object>leaves[i])):
                 return False
-            memset(&fresh, 0, sizeof(LeafKey))
-            try:
-                _fill_key(&fresh, leaf, kind)
-                if not _same_key(&fresh, &self.keys[i]):
-                    return False
-                _adopt(&self.keys[i], &fresh)
-            finally:
-                _release_key(&fresh)
         return True
 
     def adopt_leaves_now(self, list leaves):
         """``adopt_leaves`` on a list of leaves (for tests)."""
         return self.adopt_leaves(PySequence_Fast_ITEMS(leaves), PyList_GET_SIZE(leaves))
 
-    cdef bint matches_leaf(self, object leaf, Py_ssize_t i):
-        return 0 <= i < self.num_leaves and _leaf_matches(leaf, &self.keys[i])
+    cdef bint adopt_leaf(self, object leaf, Py_ssize_t i) except -1:
+        return 0 <= i < self.num_leaves and (_leaf_matches(leaf, &self.keys[i])
+                                             or _adopt_equal(&self.keys[i], leaf))
 
     cpdef bint runs_as(self, CallSignature other) except -1:
         """Whether ``other``'s executable runs calls of this signature as jax

@@ -39,7 +39,7 @@ cdef class SameCall:
       * the call is made through the same wrapper (its function's parts the
         same objects), bound by the same plan (the same argument layout);
       * each bound argument that was an array is an array with the same key
-        (aval, sharding, committed: CallSignature.matches_leaf), and it takes
+        (aval, sharding, committed: CallSignature.adopt_leaf), and it takes
         that array's place among the inputs;
       * each that was None, an int, float, bool or str is an equal value of
         the same type (equinox's static leaves, compared as it does);
@@ -87,7 +87,7 @@ cdef class SameCall:
                         value, expected, Py_EQ):
                     return None
             else:
-                if not self.signature.matches_leaf(value, at):
+                if not self.signature.adopt_leaf(value, at):
                     return None
                 inputs[at] = value
         cdef Unchanged contents = strong.contents

@@ -112,7 +112,7 @@ cdef class CallLayout:
             leaves = self._gather(argv)
             if leaves is None:
                 return None
-        if signature.matches_leaves(PySequence_Fast_ITEMS(leaves), PyTuple_GET_SIZE(leaves)):
+        if signature.adopt_leaves(PySequence_Fast_ITEMS(leaves), PyTuple_GET_SIZE(leaves)):
             return leaves
         return None
 

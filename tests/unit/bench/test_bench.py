@@ -111,6 +111,13 @@ def test_trainstate_row_on_numpy_batches():
     assert result.hand_offs == {"numpy arguments": 3}
 
 
+def test_device_batch_row_runs_on_the_fast_path():
+    # Each batch's arrays hold objects of their own: taken by the guard, not handed off.
+    result = tiny_run("device_batch", dispatch.implementations())
+    assert not result.error and not result.hand_offs
+    assert len(result.samples[FASTDISPATCH]) == 2 and len(result.samples[RAW]) == 2
+
+
 def test_device_put_row_times_given_functions():
     result = tiny_run("device_put_8", dispatch.implementations())
     assert not result.error

@@ -2,7 +2,9 @@
 
 The rest of CallSignature is tested through the calls that key it: the jit
 suite (tests/unit/jax_jit), the leaf keys (jax_jit/test_arg_signature.py);
-nnx.jit's records adopt a fresh batch each step (tests/unit/nnx).
+the guards that adopt a fresh batch each step with their front ends (jit's,
+tests/unit/jax_jit; equinox's SameCall, tests/unit/equinox; nnx's records,
+tests/unit/nnx).
 """
 
 import jax

@@ -63,6 +63,22 @@ def test_new_arrays_with_the_same_key_are_served_too():
     assert state(f) == (hits + 1, 0)
 
 
+def test_a_fresh_batch_with_objects_of_its_own_is_served_too():
+    # A batch put on the device each step holds its own sharding object: the
+    # record takes it in place (CallSignature.adopt_leaf) and serves the call.
+    model = mlp()
+
+    def fresh(value):
+        sharding = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+        return jax.device_put(np.full(3, value, np.float32), sharding)
+
+    f = served(forward, model, fresh(0.0))
+    hits, _ = state(f)
+    for value in (1.0, 2.0):
+        check(f, eqx.filter_jit(forward), model, fresh(value))
+    assert state(f) == (hits + 2, 0)
+
+
 def test_an_array_of_another_shape_goes_the_whole_way():
     model = mlp()
     f = served(lambda m, x: m.layers[0].weight @ x, model, jnp.ones(3))

@@ -42,6 +42,27 @@ def test_fed_back_outputs_hit_after_a_first_call_with_other_avals(sink):
     np.testing.assert_array_equal(params["b"], np.full(2, 1 / 16))
 
 
+@pytest.mark.parametrize("in_trees", [False, True], ids=["arguments", "trees"])
+def test_a_fresh_batch_each_step_is_taken_by_the_guard(sink, in_trees):
+    # A batch put on the device each step holds objects of its own (here its
+    # sharding): the guard takes them in place of the previous call's (the
+    # argument array's guard, or Engine.find's for trees), so no signature
+    # is made and the entry's own holds the latest batch's objects.
+    fun = (lambda p, b: p["w"] @ b["x"]) if in_trees else (lambda w, x: w @ x)
+    f = fastdispatch.jit(fun)
+    w = jnp.ones((2, 3))
+    shardings = []
+    for step in range(4):
+        sharding = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+        batch = jax.device_put(np.full(3, step, np.float32), sharding)
+        args = ({"w": w}, {"x": batch}) if in_trees else (w, batch)
+        np.testing.assert_array_equal(f(*args), np.full(2, 3.0 * step))
+        shardings.append(sharding)
+    (entry,) = f._cache_entries()
+    assert entry.signature.leaf_keys()[-1].sharding is shardings[-1]
+    assert reasons(sink) == [None] * 4 and [hit for _, hit, _, _ in sink.calls][1:] == [True] * 3
+
+
 def test_transformations_and_configs_go_to_jax(sink):
     f = fastdispatch.jit(lambda x: jnp.sin(x) * 2)
     x = jnp.ones(2)
