@@ -172,7 +172,7 @@ def step_counter(fn, args, kwargs, n):
     return (x, step), out
 
 
-# --- SGD on a numpy batch, a new one each step ----------------------------------
+# --- SGD on a new batch each step: numpy, or already on the device ---------------
 
 BATCH_LAYERS = 10
 NUMPY_BATCHES = 4
@@ -192,43 +192,38 @@ def _numpy_batches():
     )
 
 
-def _numpy_batch_args():
-    x, y = _numpy_batches()[0]
-    return (make_params(0.5, BATCH_LAYERS), x, y), {}
-
-
-def numpy_batches(fn, args, kwargs, n):
-    params, x, y = args
-    for x, y in itertools.islice(itertools.cycle(_numpy_batches()), n):
-        params = fn(params, x, y)
-    return (params, x, y), params
-
-
-# --- the same step on batches already on the device (a prefetching loader) -------
-
+# The same step on batches already on the device (a loader that prefetches to
+# the device): each array put there apart, with objects of its own (aval,
+# sharding) every step.
 DEVICE_BATCHES = 16
 
 
 @functools.cache
 def _device_batches():
-    # Each array put on the device apart, as a loader prefetching to the device
-    # puts each batch: objects of its own (aval, sharding) every step.
     return tuple(
         tuple(jax.device_put(a) for a in batch)
         for batch in itertools.islice(itertools.cycle(_numpy_batches()), DEVICE_BATCHES)
     )
 
 
-def _device_batch_args():
-    x, y = _device_batches()[0]
-    return (make_params(0.5, BATCH_LAYERS), x, y), {}
+def _batch_step(batches):
+    """(make_args, loop) of sgd_batch_step over ``batches()`` in turn, params fed back."""
+
+    def make_args():
+        x, y = batches()[0]
+        return (make_params(0.5, BATCH_LAYERS), x, y), {}
+
+    def loop(fn, args, kwargs, n):
+        params, x, y = args
+        for x, y in itertools.islice(itertools.cycle(batches()), n):
+            params = fn(params, x, y)
+        return (params, x, y), params
+
+    return make_args, loop
 
 
-def device_batches(fn, args, kwargs, n):
-    params, x, y = args
-    for x, y in itertools.islice(itertools.cycle(_device_batches()), n):
-        params = fn(params, x, y)
-    return (params, x, y), params
+_numpy_batch_args, numpy_batches = _batch_step(_numpy_batches)
+_device_batch_args, device_batches = _batch_step(_device_batches)
 
 
 # --- effects: jax.debug.print, an ordered io_callback ----------------------------
