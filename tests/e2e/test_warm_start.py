@@ -361,17 +361,13 @@ def step(w, x):
 
 
 w = jax.device_put(jnp.eye(4), replicated)
-aval_in = w.aval
 losses = []
 for i in range(3):
     x = jax.device_put(jnp.arange(32.0).reshape(8, 4) / (10.0 + i), rows)
     w, loss = step(w, x)
     losses.append(float(loss))
-# jax 0.8 and 0.9: a loaded executable's outputs have avals equal to, and hashing
-# apart from, its inputs': the next call keys anew and loads again.
-hash_apart = w.aval == aval_in and hash(w.aval) != hash(aval_in)
 print(json.dumps({"losses": losses, "w": np.asarray(w).tolist(), "sharding": str(w.sharding.spec),
-                  "stats": fastdispatch.warm_start_stats(), "hash_apart": hash_apart}))
+                  "stats": fastdispatch.warm_start_stats()}))
 """
 
 
@@ -393,6 +389,8 @@ def test_sharded_inputs_over_eight_devices_load_with_their_shardings(tmp_path):
     assert traced == 1 and first["stats"]["written"] == 1
     traced, second = sharded_run()
     assert traced == 0 and second["stats"]["missed"] == 0
-    assert second["stats"]["loaded"] == (2 if second["hash_apart"] else 1)
+    # Loaded once: the fed-back outputs run on its entry (on jax 0.8 and 0.9
+    # their avals hash apart from the inputs', equal to them: the guard takes them).
+    assert second["stats"]["loaded"] == 1
     for name in ("losses", "w", "sharding"):
         assert second[name] == first[name], name
