@@ -316,6 +316,11 @@ cdef bint _adopt_equal(LeafKey* key, object leaf) except -1:
         _release_key(&fresh)
 
 
+cdef inline bint _takes(LeafKey* key, object leaf) except -1:
+    """The guard on one leaf: by identity, else by equality, its objects adopted."""
+    return _leaf_matches(leaf, key) or _adopt_equal(key, leaf)
+
+
 cdef void _release_key(LeafKey* key):
     Py_XDECREF(key.aval)
     Py_XDECREF(key.sharding)
@@ -393,8 +398,7 @@ cdef class CallSignature:
         if n != self.num_leaves:
             return False
         for i in range(n):
-            if not (_leaf_matches(<object>leaves[i], &self.keys[i])
-                    or _adopt_equal(&self.keys[i], <object>leaves[i])):
+            if not _takes(&self.keys[i], <object>leaves[i]):
                 return False
         return True
 
@@ -403,8 +407,7 @@ cdef class CallSignature:
         return self.adopt_leaves(PySequence_Fast_ITEMS(leaves), PyList_GET_SIZE(leaves))
 
     cdef bint adopt_leaf(self, object leaf, Py_ssize_t i) except -1:
-        return 0 <= i < self.num_leaves and (_leaf_matches(leaf, &self.keys[i])
-                                             or _adopt_equal(&self.keys[i], leaf))
+        return 0 <= i < self.num_leaves and _takes(&self.keys[i], leaf)
 
     cpdef bint runs_as(self, CallSignature other) except -1:
         """Whether ``other``'s executable runs calls of this signature as jax
