@@ -120,12 +120,21 @@ Private names used, all read here only:
                                           debug_nans block sets the thread's hook);
                                           before 0.9 the Python path is
                                           pjit._python_pjit_helper(fun, jit_info, ...)
+  jax._src.pjit._pjit_call_impl_python, _resolve_and_lower, convert_to_metaty,
+  jax._src.interpreters.mlir.LoweringParameters, jax._src.util.test_event
+                                          jax.jit's compile-and-run of a miss, and its
+                                          lowering alone: warm start keeps jax's own
+                                          compiles (eager operations, a library's jit)
+  jax._src.core.Primitive, the globals of jax's modules
+                                          the primitives jax itself defines (warm start
+                                          keys only programs of those by their jaxpr)
 """
 
 from __future__ import annotations
 
 import importlib
 import re
+import sys
 import warnings
 from typing import NamedTuple
 
@@ -986,6 +995,102 @@ def backends_started() -> bool:
     """Whether jax's backends have started (asking never starts one): the
     warm-start preloader waits for the program to start them itself."""
     return _backends_are_initialized()
+
+
+# -- warm start of jax's own compiles (warm/jax_own.py) -------------------------------
+# Every compile jax makes for itself (an eager operation, a library's own jit, a
+# call handed to jax.jit) is made on a miss of jax.jit's C++ cache, by one function:
+# _pjit_call_impl_python(*args, jaxpr=..., **lowering parameters), which lowers,
+# compiles and runs the call and returns (outputs, its pxla.MeshExecutable, a PGLE
+# profiler, constants passed as arguments).  Its callers (jit's Python path,
+# jit_p's evaluation) look it up by name at each call.
+_COMPILE_AND_RUN = "_pjit_call_impl_python"
+_compile_and_run = _need("jax._src.pjit", _COMPILE_AND_RUN)
+_resolve_and_lower = _need("jax._src.pjit", "_resolve_and_lower")
+_convert_to_metaty = _need("jax._src.pjit", "convert_to_metaty")
+_LoweringParameters = _need("jax._src.interpreters.mlir", "LoweringParameters")
+_test_event = _need("jax._src.util", "test_event")
+
+
+def serve_jit_misses(server) -> None:
+    """Send each compile-and-run of a jax.jit miss through ``server(args,
+    jaxpr, params, run)``, which returns what ``run()`` (jax's own) returns:
+    ``args`` the call's flat arguments, ``jaxpr`` its ClosedJaxpr, ``params``
+    the lowering parameters (shardings, layouts, donation, mesh, name, ...).
+    None puts jax's own back."""
+    if server is None:
+        setattr(_pjit, _COMPILE_AND_RUN, _compile_and_run)
+        return
+
+    def compile_and_run(*args, jaxpr, **params):
+        return server(args, jaxpr, params, lambda: _compile_and_run(*args, jaxpr=jaxpr, **params))
+
+    setattr(_pjit, _COMPILE_AND_RUN, compile_and_run)
+
+
+def run_jit_miss(executable, args) -> tuple:
+    """What jax's compile-and-run returns, with ``executable`` (a loaded
+    pxla.MeshExecutable of a call without constant arguments) run on ``args``
+    in place of jax's compile: jax.jit's C++ cache then keeps it."""
+    _test_event("jit_cpp_cache_miss")
+    return executable.unsafe_call(*args), executable, None, []
+
+
+def lower_jit_miss(args, jaxpr, params):
+    """The pxla.MeshComputation jax lowered for this miss (from jax's lowering
+    cache: the same object), whose ``compile(compiler_options)`` compiles it
+    again."""
+    return _resolve_and_lower(
+        [_convert_to_metaty(arg) for arg in args],
+        jaxpr=jaxpr,
+        **params,
+        lowering_platforms=None,
+        lowering_parameters=_LoweringParameters(),
+        pgle_profiler=None,
+    )
+
+
+def as_compiled(executable, num_args: int, num_outputs: int):
+    """A jax.stages.Compiled around a pxla.MeshExecutable of jax's own compile,
+    with flat trees of as many leaves: what jax's serializer takes (and its
+    deserializer gives back, ``compiled._executable`` the MeshExecutable)."""
+    return jax.stages.Compiled(
+        executable,
+        [],
+        ((0,) * num_args, {}),
+        jax.tree_util.tree_structure([0] * num_outputs),
+        no_kwargs=True,
+    )
+
+
+def loaded_executable(compiled):
+    """The pxla.MeshExecutable of a jax.stages.Compiled."""
+    return compiled._executable
+
+
+# The primitives jax defines: globals of its modules (jax._src.lax.lax.add_p, ...),
+# gathered again whenever more modules have been imported since.
+_PRIMITIVE_TYPE = _need("jax._src.core", "Primitive")
+_jax_primitives = set()
+_modules_scanned = 0
+
+
+def is_jax_primitive(primitive) -> bool:
+    """Whether ``primitive`` is one of jax's own (a global of one of jax's
+    modules), lowered as this jax version lowers it: not a library's or a
+    program's own, whose lowering rule may change while its jaxpr does not."""
+    global _modules_scanned
+    if primitive in _jax_primitives:
+        return True
+    if len(sys.modules) == _modules_scanned:
+        return False
+    _modules_scanned = len(sys.modules)
+    for name, module in list(sys.modules.items()):
+        if module is not None and (name == "jax" or name.startswith(("jax.", "jaxlib."))):
+            _jax_primitives.update(
+                value for value in list(vars(module).values()) if isinstance(value, _PRIMITIVE_TYPE)
+            )
+    return primitive in _jax_primitives
 
 
 # -- the hand-off -------------------------------------------------------------------

@@ -267,9 +267,17 @@ def _hook_fast_path():
 # -- compiles ----------------------------------------------------------------------
 
 
+def _for_the_store():
+    """Whether this thread compiles for warm start's store, beside the program
+    (warm/refill.py): those compiles are not the program's.  Asked of the
+    module only where warm start was imported (it is never, without it)."""
+    refill = sys.modules.get("fastdispatch.warm.refill")
+    return refill is not None and refill.active()
+
+
 def _compile_phase(event, seconds, **kwargs):
     phase = _jax.COMPILE_PHASE_EVENTS.get(event)
-    if phase is None or _busy():  # an eager op's compile is the op's time
+    if phase is None or _busy() or _for_the_store():  # an eager op's compile is the op's time
         return
     for tally in _tallies:
         tally.compile_seconds[phase] += seconds
@@ -277,7 +285,7 @@ def _compile_phase(event, seconds, **kwargs):
 
 def _jax_cache_event(event, **kwargs):
     kind = _jax.JAX_CACHE_EVENTS.get(event)
-    if kind is not None:
+    if kind is not None and not _for_the_store():
         for tally in _tallies:
             tally.jax_cache[kind] += 1
 

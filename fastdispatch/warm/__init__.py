@@ -30,7 +30,7 @@ import jax
 
 from fastdispatch import _jax, _reasons
 from fastdispatch.core import engine as _engine
-from fastdispatch.warm import jax_cache, refill, warned
+from fastdispatch.warm import jax_cache, jax_own, refill, warned
 from fastdispatch.warm import outputs as described_outputs
 from fastdispatch.warm import preload as preload_module
 from fastdispatch.warm.identity import NotStored, function_digest
@@ -113,6 +113,8 @@ class WarmStart:
 
     def __init__(self, store: Store, checked: bool = False):
         self.store = store
+        # The same store, counting jax's own compiles apart (warm/jax_own.py).
+        self.own_store = store.sharing()
         self.checked = checked
         # Per function name: its loads, misses, writes, and the seconds its
         # loads took (warm_start_stats()["functions"], the --trace summary).
@@ -128,8 +130,16 @@ class WarmStart:
         self.served = {}
 
     def tally(self, fun) -> dict:
+        return self.tally_of(function_name(fun))
+
+    def tally_of(self, name: str) -> dict:
+        """The counts of the functions of this name (warm_start_stats()["functions"])."""
         with self.store._lock:
-            return self.functions.setdefault(function_name(fun), {"load_seconds": 0.0})
+            return self.functions.setdefault(name, {"load_seconds": 0.0})
+
+    def jax_cache_hits(self) -> int:
+        """How many compiles jax's persistent cache served on this thread so far."""
+        return getattr(_traces, "jax_cache_hits", 0)
 
     def key(self, fun, label, options, signature, parts=(), node_types=(), identified=True):
         """The store key of this call of a front end's function ``fun``, or
@@ -242,7 +252,7 @@ class WarmStart:
         pending = getattr(_traces, "pending", None)
         _traces.pending = None
         issued, _traces.warned = getattr(_traces, "warned", ()), ()
-        from_jax_cache = self._served_by_jax_cache(
+        from_jax_cache = self.served_by_jax_cache(
             compiled, pending is not None and getattr(_traces, "jax_cache_hits", 0) > pending[4]
         )
         if type(key) is Checked:
@@ -297,9 +307,9 @@ class WarmStart:
                 "serialize again whole); it is written where jax compiles it",
             )
         else:
-            self._refill(fun, lower, key.digest if type(key) is Checked else key, write)
+            self.refill(fun, lower, key.digest if type(key) is Checked else key, write)
 
-    def _served_by_jax_cache(self, compiled, hit: bool) -> bool:
+    def served_by_jax_cache(self, compiled, hit: bool) -> bool:
         """Whether ``compiled`` came from jax's persistent cache: it was a hit
         there (``hit``), or it is the very executable of one (jax reuses an
         executable for another signature of a call, the committed outputs of a
@@ -314,25 +324,26 @@ class WarmStart:
                 return True
             return self.served.get(id(executable)) is executable
 
-    def _refill(self, fun, lower, seed, write):
+    def refill(self, fun, lower, seed, write, name=None, store=None):
         """A miss jax's persistent cache served: compiled once more for the
         store, beside the program (warm/refill.py), so that the next run loads
-        it; lowered here, where the call's context is."""
-        tally = self.tally(fun)
-        with self.store._lock:
+        it; lowered here, where the call's context is.  ``name``: the tally
+        it counts in (``fun``'s by default), ``store``: the view of the store
+        its refusal goes to (the front ends' by default)."""
+        store = self.store if store is None else store
+        tally = self.tally(fun) if name is None else self.tally_of(name)
+        with store._lock:
             tally["refilled"] = tally.get("refilled", 0) + 1
 
         def failed(why):
-            self.store.refuse(
-                fun, _reasons.WARM_FROM_JAX_CACHE, f"was served by jax's persistent cache and {why}"
-            )
+            store.refuse(fun, _reasons.WARM_FROM_JAX_CACHE, f"was served by jax's persistent cache and {why}")
 
         try:
             lowered = lower()
         except Exception as error:  # never let the store break a call
             failed(f"did not lower again ({type(error).__name__}: {error})")
             return
-        refill.start(lowered, seed, write, failed, lambda: getattr(_traces, "jax_cache_hits", 0))
+        refill.start(lowered, seed, write, failed, self.jax_cache_hits)
 
     def outputs(self, recipe, call_objects):
         """``(out treedef, sources, statics)`` of the recipe ``save`` stored,
@@ -397,6 +408,7 @@ def warm_start(
     global _current, _listening, _compiles
     if directory is None:
         _engine.set_warm_store(None)
+        jax_own.serve(None)
         _current = None
         jax_cache.restore()
         return
@@ -415,6 +427,7 @@ def warm_start(
     _compiles = _Compiles()
     _current = current
     _engine.set_warm_store(current)
+    jax_own.serve(current)
 
 
 def wait_for_preload(timeout: float | None = None) -> bool:
@@ -446,6 +459,7 @@ def warm_start_stats() -> dict | None:
             "jax_cache": dict(store.jax_cache),
             "reasons": dict(store.reasons),
             "outside": _outside(set(_current.functions) | set(store.not_stored)),
+            "jax_own": {**_current.own_store.counts, "not_stored": dict(_current.own_store.not_stored)},
             "functions": {name: dict(tally) for name, tally in _current.functions.items()},
         }
 
@@ -490,13 +504,15 @@ def summary() -> str:
     for name, tally in sorted(stats["functions"].items()):
         lines.append(f"  {name}: {_function_line(tally)}")
     lines += [f"  {reason}" for reason in stats["not_stored"].values()]
+    lines += [f"  {reason}" for reason in stats["jax_own"]["not_stored"].values()]
     outside = stats["outside"]
     if outside["compiles"]:
         names = ", ".join(f"{name} x{n}" if n > 1 else name for name, n in list(outside["names"].items())[:6])
         more = ", ..." if len(outside["names"]) > 6 else ""
         lines.append(
             f"  {outside['compiles']} {_reasons.WARM_OUTSIDE} ({names}{more}): eager operations, "
-            "transformations outside a jit, a library's own jit; jax's persistent cache keeps those"
+            "transformations outside a jit, a library's own jit; stored as jax's own compiles where "
+            "their programs can be keyed"
         )
     if outside["jax_cache_hits"]:
         lines.append(f"  jax's persistent cache served {outside['jax_cache_hits']} compiles in this process")

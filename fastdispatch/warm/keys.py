@@ -45,7 +45,7 @@ from fastdispatch.warm.identity import (
 
 # Bump when what a key covers, or how, or what a file holds, changes: old
 # files are then never read.
-KEY_FORMAT = 4
+KEY_FORMAT = 5
 
 
 def environment() -> tuple:
@@ -187,19 +187,61 @@ def checked_key(traced, options: dict, signature) -> str:
     that jax traced to ``traced`` (a jax.stages.Traced), with this
     CallSignature; raises NotStored.
 
-    It covers what lowering and compiling read: the jaxpr as jax prints it
-    with every parameter of every equation (no pretty-printing shortcuts),
-    the effects and name stacks; the values of its constants, nested ones
-    included; the input and output avals with weak types and shardings;
-    lowering's parameters (shardings, layouts, donation, mesh, compiler
-    options); the call's leaves (their shardings and committedness resolve
-    unspecified input shardings); jax's trace context; the environment."""
-    closed = traced.jaxpr
+    It covers what lowering and compiling read: the program (``_program``);
+    the jit options; the call's leaves (their shardings and committedness
+    resolve unspecified input shardings); jax's trace context; the
+    environment."""
     constant_args, params = _jax.traced_parts(traced)
-    if closed.jaxpr.is_high:
-        raise NotStored("traces to a jaxpr with high-level types (lowered another way)")
     if constant_args:
         raise NotStored("passes its constants as arguments (jax_use_simplified_jaxpr_constants)")
+    call = (options_digest(options), tuple(_leaf(view) for view in signature.leaf_keys()))
+    return _program_key("checked", traced.jaxpr, params, call, signature.context)
+
+
+def jax_own_key(closed, params: dict, args) -> str:
+    """The store key (hex) of a compile jax makes for itself on a miss of
+    jax.jit's own cache (an eager operation, a library's jit: warm/jax_own.py),
+    of ``closed`` (the ClosedJaxpr) with these lowering parameters, for these
+    flat arguments; raises NotStored.  As ``checked_key``, with each argument
+    described as jax's lowering reads it (``_argument``)."""
+    foreign = _foreign_primitive(closed.jaxpr)
+    if foreign is not None:
+        raise NotStored(
+            f"has a primitive that is not jax's own ({foreign}): its lowering is not in its jaxpr"
+        )
+    call = tuple(_argument(arg) for arg in args)
+    return _program_key("jax own", closed, params, call, _jax.trace_context())
+
+
+def _foreign_primitive(jaxpr):
+    """The name of the first primitive of ``jaxpr`` (nested jaxprs included)
+    that jax does not define, or None: a library's or a program's primitive
+    is lowered by a rule of its own, which may change while the jaxpr does not."""
+    from jax.extend.core import ClosedJaxpr, Jaxpr  # see _nested_constants
+
+    for eqn in jaxpr.eqns:
+        if not _jax.is_jax_primitive(eqn.primitive):
+            return eqn.primitive.name
+        for value in eqn.params.values():
+            for item in value if isinstance(value, (tuple, list)) else (value,):
+                inner = item.jaxpr if isinstance(item, ClosedJaxpr) else item
+                if isinstance(inner, Jaxpr):
+                    found = _foreign_primitive(inner)
+                    if found is not None:
+                        return found
+    return None
+
+
+def _program_key(label: str, closed, params: dict, call: tuple, context: tuple) -> str:
+    """The digest of a traced program, as lowering and compiling read it: the
+    jaxpr as jax prints it with every parameter of every equation (no
+    pretty-printing shortcuts), its effects and name stacks; the values of
+    its constants, nested ones included; the input and output avals with weak
+    types and shardings; lowering's parameters (shardings, layouts, donation,
+    mesh, compiler options); with ``call`` (how the call is described), jax's
+    trace ``context`` and the environment."""
+    if closed.jaxpr.is_high:
+        raise NotStored("traces to a jaxpr with high-level types (lowered another way)")
     if closed.effects:
         raise NotStored(f"has effects ({', '.join(sorted(map(str, closed.effects)))})")
     with np.printoptions(threshold=sys.maxsize):
@@ -210,19 +252,33 @@ def checked_key(traced, options: dict, signature) -> str:
         # Every process prints another address: no key would ever match.
         raise NotStored("traces to a jaxpr holding an object printed by its address")
     names = _jax.trace_context_names()
-    context = tuple(zip(names, (_context_value(value) for value in signature.context)))
     described = (
-        "checked",
+        label,
         environment(),
         hashlib.sha256(text.encode()).hexdigest(),
         value_digest(tuple(_constants(closed, [])), "closes over"),
         tuple(_aval(aval) for aval in (*closed.in_avals, *closed.out_avals)),
         tuple((name, _lowering_param(params[name])) for name in sorted(params) if name != "jaxpr"),
-        options_digest(options),
-        tuple(_leaf(view) for view in signature.leaf_keys()),
-        context,
+        call,
+        tuple(zip(names, (_context_value(value) for value in context))),
     )
     return hashlib.sha256(repr(described).encode()).hexdigest()
+
+
+def _argument(arg) -> tuple:
+    """One argument of a jax.jit miss as lowering reads it (jax's MetaTy): its
+    aval, sharding, committedness, layout, and whether it is a numpy array."""
+    aval = jax.typeof(arg)
+    sharding = getattr(arg, "sharding", None)
+    described = None if sharding is None else sharding_description(sharding, None)
+    layout = getattr(getattr(arg, "format", None), "layout", None)
+    return (
+        _aval(aval),
+        described,
+        bool(getattr(arg, _jax.COMMITTED_ATTR, True)),
+        None if layout is None else repr(layout),
+        isinstance(arg, np.ndarray),
+    )
 
 
 def _constants(closed, found: list) -> list:

@@ -19,7 +19,7 @@ import subprocess
 import sys
 
 import pytest
-from e2e.test_warm_start import environment, report_of
+from e2e.test_warm_start import environment, report_of, store_files
 
 PROGRAM = os.path.join(os.path.dirname(os.path.abspath(__file__)), "filter_warm_program.py")
 FUNCTIONS = ("forward", "train_step", "tagged", "scaled", "body", "closed")
@@ -65,7 +65,7 @@ def filled(tmp_path_factory):
 def test_first_run_fills_the_store(filled):
     directory, first = filled
     assert first["traced"] == collections.Counter(FUNCTIONS)
-    assert first["stats"]["written"] == len(STORED) == len(list((directory / "store").glob("*.jit")))
+    assert first["stats"]["written"] == len(STORED) == len(store_files(directory))
     assert first["stats"]["loaded"] == 0
 
 

@@ -24,7 +24,7 @@ import pytest
 from frontends import FLAX_REASON
 
 pytest.importorskip("flax", reason=FLAX_REASON)
-from e2e.test_warm_start import environment, report_of
+from e2e.test_warm_start import environment, report_of, store_files
 
 PROGRAM = os.path.join(os.path.dirname(os.path.abspath(__file__)), "nnx_warm_program.py")
 # A function is traced once per graph structure: forward twice (train, eval).
@@ -122,7 +122,7 @@ def test_first_run_fills_the_store_with_flax_results(filled):
     directory, first, stock = filled
     assert first["results"] == stock["results"]
     assert first["traced"] == TRACES
-    assert first["stats"]["written"] == STORED == len(list((directory / "store").glob("*.jit")))
+    assert first["stats"]["written"] == STORED == len(store_files(directory))
     assert first["stats"]["loaded"] == 0
 
 

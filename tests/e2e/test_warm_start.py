@@ -21,6 +21,8 @@ import sys
 
 import pytest
 
+from fastdispatch.warm import jax_own
+
 PROGRAM = os.path.join(os.path.dirname(os.path.abspath(__file__)), "warm_program.py")
 CONFIGS = """\
 import dataclasses
@@ -90,7 +92,9 @@ def filled(tmp_path_factory):
 
 
 def store_files(directory):
-    return sorted((directory / "store").glob("*.jit"))
+    """The store's files of fastdispatch's calls (not of jax's own compiles)."""
+    files = (directory / "store").glob("*.jit")
+    return sorted(path for path in files if not path.name.startswith(jax_own.FILE_PREFIX))
 
 
 def test_first_run_fills_the_store(filled):
@@ -99,6 +103,10 @@ def test_first_run_fills_the_store(filled):
     assert first["stats"]["written"] == len(STORED) == len(store_files(directory))
     assert first["stats"]["loaded"] == 0
     assert "printing" in first["stats"]["not_stored"]["printing"]
+    # jax's own compiles (the program's eager operations), in files of their own.
+    own = first["stats"]["jax_own"]
+    assert own["written"] == own["missed"] > 0 and own["loaded"] == 0
+    assert own["written"] == len(list((directory / "store").glob("jax-*.jit")))
 
 
 def test_second_run_loads_without_tracing(filled, program):
@@ -108,6 +116,10 @@ def test_second_run_loads_without_tracing(filled, program):
     assert second["traced"] == collections.Counter(["printing"])  # not stored, so traced
     assert second["stats"]["loaded"] == len(STORED)
     assert second["stats"]["written"] == 0
+    # jax's own compiles are keyed alike in another process: each one loaded.  (Fewer
+    # than the first run wrote: that run's traces ran eager operations of their own.)
+    own = second["stats"]["jax_own"]
+    assert own["loaded"] > 0 and (own["missed"], own["written"]) == (0, 0)
     # Donation and effects as in the first run.
     assert second["donated_deleted"] == first["donated_deleted"]
     assert second["stdout"].count("printing 3.0") == first["stdout"].count("printing 3.0") == 1

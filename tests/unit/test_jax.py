@@ -676,6 +676,53 @@ def test_observe_jit_python_path_sees_every_call_the_fast_path_hands_back():
     assert seen.count(double) == 1
 
 
+def test_serve_jit_misses_takes_each_compile_jax_makes_on_a_miss():
+    seen = []
+    loaded = {}
+
+    def server(args, jaxpr, params, run):
+        seen.append((params["name"], len(args), len(jaxpr.out_avals)))
+        if params["name"] in loaded:  # run the executable served before, in place of jax's compile
+            return _jax.run_jit_miss(loaded[params["name"]], args)
+        result = run()
+        outputs, executable, _, constant_args = result
+        assert constant_args in ([], ()) and len(outputs) == 1
+        # What a store keeps: the executable as a Compiled, and its lowering compiled again.
+        compiled = _jax.as_compiled(executable, len(args), len(jaxpr.out_avals))
+        assert _jax.loaded_executable(compiled) is executable
+        again = _jax.lower_jit_miss(args, jaxpr, params).compile()
+        loaded[params["name"]] = again
+        return result
+
+    def triple(v):
+        return v * 3
+
+    _jax.serve_jit_misses(server)
+    try:
+        first = jax.jit(triple)(jnp.ones(3))  # the miss: jax compiles it
+        jax.clear_caches()
+        second = jax.jit(triple)(jnp.ones(3))  # the miss again: served by the second compile
+        third = jax.jit(triple)(jnp.ones(3))  # jax's C++ cache kept the served executable
+    finally:
+        _jax.serve_jit_misses(None)
+    assert [name for name, _, _ in seen].count("triple") == 2
+    assert ("triple", 1, 1) in seen
+    for result in (first, second, third):
+        np.testing.assert_array_equal(result, 3 * np.ones(3))
+    jax.clear_caches()
+    jax.jit(triple)(jnp.ones(3))  # jax's own compile-and-run again
+    assert [name for name, _, _ in seen].count("triple") == 2
+
+
+def test_is_jax_primitive_knows_jax_s_own_from_a_program_s():
+    from jax._src.lax import lax as lax_internal
+    from jax.extend.core import Primitive
+
+    assert _jax.is_jax_primitive(lax_internal.add_p)
+    assert _jax.is_jax_primitive(lax_internal.sin_p)
+    assert not _jax.is_jax_primitive(Primitive("a_program_s_own"))
+
+
 def test_jitted_function_is_what_jit_wraps():
     def g(v):
         return v

@@ -206,3 +206,17 @@ def test_eager_ops_in_constructors_are_counted_where_the_model_is_built(tally):
         x = jnp.sin(x)  # outside any constructor: its own line, no class
     (loop,) = [site for site in tally.eager if "x = jnp.sin(x)" in linecache.getline(*site)]
     assert loop not in tally.built
+
+
+def test_compiles_for_the_warm_start_store_are_not_the_program_s(tally):
+    from fastdispatch.warm import refill
+
+    lowered = jax.jit(lambda v: v * 5 - 1).lower(jnp.ones(7))  # traced and lowered here
+    before = (dict(tally.compile_seconds), dict(tally.jax_cache))
+    written, failed = [], []
+    refill.start(lowered, "0" * 64, written.append, failed.append, lambda: 0)
+    assert refill.join(60) and failed == [] and len(written) == 1
+    assert (tally.compile_seconds, tally.jax_cache) == before  # compiled beside the program
+    assert tally.compile_seconds["XLA"] == 0
+    lowered.compile()  # the program's own compile counts
+    assert tally.compile_seconds["XLA"] > 0

@@ -19,7 +19,7 @@ from frontends import needs_equinox, needs_flax
 
 import fastdispatch
 from fastdispatch import warm
-from fastdispatch.warm import identity
+from fastdispatch.warm import identity, jax_own
 from fastdispatch.warm.identity import NotStored, function_digest, value_digest
 from fastdispatch.warm.store import MAGIC, Store, WarmStartWarning, _payload
 
@@ -238,7 +238,8 @@ def test_warm_start_in_one_process(tmp_path, capsys):
         assert jitted(jnp.ones(2), 3).tolist() == [3.0, 3.0]
         stats = fastdispatch.warm_start_stats()
         assert (stats["written"], stats["loaded"], traced_times(capsys)) == (1, 1, 1)
-        (name, tally), *others = stats["functions"].items()
+        # Beside f, only jax's own compiles (jnp.ones), counted apart.
+        (name, tally), *others = [item for item in stats["functions"].items() if item[0] != jax_own.NAME]
         assert name.endswith("<locals>.f") and not others
         assert (tally["missed"], tally["written"], tally["loaded"]) == (1, 1, 1)
         assert tally["load_seconds"] > 0
