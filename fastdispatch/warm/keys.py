@@ -187,11 +187,12 @@ def checked_key(traced, options: dict, signature) -> str:
     that jax traced to ``traced`` (a jax.stages.Traced), with this
     CallSignature; raises NotStored.
 
-    It covers what lowering and compiling read: the program (``_program``);
+    It covers what lowering and compiling read: the program (``_program_key``);
     the jit options; the call's leaves (their shardings and committedness
     resolve unspecified input shardings); jax's trace context; the
     environment."""
     constant_args, params = _jax.traced_parts(traced)
+    _check_keyable(traced.jaxpr)
     if constant_args:
         raise NotStored("passes its constants as arguments (jax_use_simplified_jaxpr_constants)")
     call = (options_digest(options), tuple(_leaf(view) for view in signature.leaf_keys()))
@@ -204,6 +205,7 @@ def jax_own_key(closed, params: dict, args) -> str:
     of ``closed`` (the ClosedJaxpr) with these lowering parameters, for these
     flat arguments; raises NotStored.  As ``checked_key``, with each argument
     described as jax's lowering reads it (``_argument``)."""
+    _check_keyable(closed)
     foreign = _foreign_primitive(closed.jaxpr)
     if foreign is not None:
         raise NotStored(
@@ -232,6 +234,14 @@ def _foreign_primitive(jaxpr):
     return None
 
 
+def _check_keyable(closed) -> None:
+    """Raise NotStored for a program a key by its jaxpr cannot serve."""
+    if closed.jaxpr.is_high:
+        raise NotStored("traces to a jaxpr with high-level types (lowered another way)")
+    if closed.effects:
+        raise NotStored(f"has effects ({', '.join(sorted(map(str, closed.effects)))})")
+
+
 def _program_key(label: str, closed, params: dict, call: tuple, context: tuple) -> str:
     """The digest of a traced program, as lowering and compiling read it: the
     jaxpr as jax prints it with every parameter of every equation (no
@@ -240,10 +250,6 @@ def _program_key(label: str, closed, params: dict, call: tuple, context: tuple) 
     types and shardings; lowering's parameters (shardings, layouts, donation,
     mesh, compiler options); with ``call`` (how the call is described), jax's
     trace ``context`` and the environment."""
-    if closed.jaxpr.is_high:
-        raise NotStored("traces to a jaxpr with high-level types (lowered another way)")
-    if closed.effects:
-        raise NotStored(f"has effects ({', '.join(sorted(map(str, closed.effects)))})")
     with np.printoptions(threshold=sys.maxsize):
         text = closed.pretty_print(
             source_info=False, name_stack=True, custom_pp_eqn_rules=False, print_effects=True
