@@ -13,15 +13,18 @@ context, the environment), as checked mode keys a call, and loads its
 executable from the store: the miss then costs its trace, its key and the
 load, and jax.jit's cache keeps the loaded executable as its own.
 
-Not kept: a program with effects, high-level types or an object printed by
-its address; constants passed as arguments; an executable that does not
-serialize (host callbacks); any miss while PGLE profiles (its compiles take
-each run's profile).  A miss jax's persistent cache served is compiled once
-more for the store, beside the program (warm/refill.py), as a front end's is.
+Not kept: a program with effects, high-level types, an object printed by
+its address, or a primitive that is not jax's own (a library's or the
+program's, lowered by a rule its jaxpr does not show); constants passed as
+arguments; an executable that does not serialize (host callbacks); any miss
+while PGLE profiles (its compiles take each run's profile).  A miss jax's
+persistent cache served is compiled once more for the store, beside the
+program (warm/refill.py), as a front end's is.
 """
 
 from __future__ import annotations
 
+import functools
 import time
 
 import jax
@@ -81,7 +84,14 @@ def _serve(args, jaxpr, params, run):
         return _jax.run_jit_miss(_jax.loaded_executable(compiled), args)
     hits = warm.jax_cache_hits()
     result = run()
-    _write(warm, key, args, jaxpr, params, result, warm.jax_cache_hits() > hits)
+    try:
+        _write(warm, key, args, jaxpr, params, result, warm.jax_cache_hits() > hits)
+    except Exception as error:  # never let the store break the program's call
+        warm.own_store.refuse(
+            _Computation(params.get("name")),
+            _reasons.WARM_NOT_SERIALIZABLE,
+            f"was not written ({type(error).__name__}: {error})",
+        )
     return result
 
 
@@ -107,6 +117,6 @@ def _write(warm, key, args, jaxpr, params, result, hit: bool) -> None:
     if not warm.served_by_jax_cache(compiled, hit):
         write(executable)
     elif warm.own_store.writable:
-        lower = lambda: _jax.lower_jit_miss(args, jaxpr, params)  # noqa: E731
+        lower = functools.partial(_jax.lower_jit_miss, args, jaxpr, params)
         seed = key.removeprefix(FILE_PREFIX)  # the digest: refill draws XLA options from it
         warm.refill(computation, lower, seed, write, name=NAME, store=warm.own_store)
