@@ -219,18 +219,13 @@ def _foreign_primitive(jaxpr):
     """The name of the first primitive of ``jaxpr`` (nested jaxprs included)
     that jax does not define, or None: a library's or a program's primitive
     is lowered by a rule of its own, which may change while the jaxpr does not."""
-    from jax.extend.core import ClosedJaxpr, Jaxpr  # see _nested_constants
-
     for eqn in jaxpr.eqns:
         if not _jax.is_jax_primitive(eqn.primitive):
             return eqn.primitive.name
-        for value in eqn.params.values():
-            for item in value if isinstance(value, (tuple, list)) else (value,):
-                inner = item.jaxpr if isinstance(item, ClosedJaxpr) else item
-                if isinstance(inner, Jaxpr):
-                    found = _foreign_primitive(inner)
-                    if found is not None:
-                        return found
+        for inner, _ in _inner_jaxprs(eqn):
+            found = _foreign_primitive(inner)
+            if found is not None:
+                return found
     return None
 
 
@@ -296,17 +291,25 @@ def _constants(closed, found: list) -> list:
 
 
 def _nested_constants(jaxpr, found):
+    for eqn in jaxpr.eqns:
+        for inner, constants in _inner_jaxprs(eqn):
+            found.extend(constants)
+            _nested_constants(inner, found)
+
+
+def _inner_jaxprs(eqn):
+    """``(jaxpr, its constants)`` of each jaxpr in an equation's parameters
+    (a scan's body, a custom_jvp's call), in order."""
     # Imported here: jax.extend loads pallas and checkify (about 30 ms), and
-    # only checked mode reads jaxprs.
+    # only keys by the traced program read jaxprs.
     from jax.extend.core import ClosedJaxpr, Jaxpr
 
-    for eqn in jaxpr.eqns:
-        for value in eqn.params.values():
-            for item in value if isinstance(value, (tuple, list)) else (value,):
-                if isinstance(item, ClosedJaxpr):
-                    _constants(item, found)
-                elif isinstance(item, Jaxpr):
-                    _nested_constants(item, found)
+    for value in eqn.params.values():
+        for item in value if isinstance(value, (tuple, list)) else (value,):
+            if isinstance(item, ClosedJaxpr):
+                yield item.jaxpr, item.consts
+            elif isinstance(item, Jaxpr):
+                yield item, ()
 
 
 def _aval(aval) -> tuple:

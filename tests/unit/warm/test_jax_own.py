@@ -144,3 +144,27 @@ def test_off_with_warm_start(tmp_path):
     jax.clear_caches()
     jnp.exp(jax.device_put(np.ones(2, np.float32)))
     assert own_files(tmp_path) == []
+
+
+def test_the_key_reads_nested_jaxprs_constants_and_primitives():
+    from jax.extend.core import Primitive
+
+    from fastdispatch.warm.identity import NotStored
+    from fastdispatch.warm.keys import jax_own_key
+
+    x = np.arange(3.0, dtype=np.float32)
+
+    def key(shift, branch=lambda v, s: v + s):
+        def f(v):  # a scan over a cond: the constant lives in nested jaxprs
+            step = lambda c, _: (jax.lax.cond(c[0] > 9, lambda u: branch(u, shift), lambda u: u * 2, c), None)
+            return jax.lax.scan(step, v, None, length=2)[0]
+
+        return jax_own_key(jax.make_jaxpr(f)(x), {}, [x])
+
+    one, other = np.array([1.0, 2.0, 3.0], np.float32), np.array([1.0, 2.0, 4.0], np.float32)
+    assert key(one) == key(one.copy())
+    assert key(one) != key(other)
+    halve_p = Primitive("halve_nested")
+    halve_p.def_abstract_eval(lambda v: v)
+    with pytest.raises(NotStored, match=r"not jax's own \(halve_nested\)"):
+        key(one, branch=lambda v, s: halve_p.bind(v + s))
