@@ -156,7 +156,7 @@ class WarmStart:
                 node_types = ()
             return call_key(label, options, signature, parts, node_types, _traces.identity)
         except Exception as error:
-            self._not_keyed(fun, error)
+            self.not_keyed(fun, error)
         return None
 
     def checked_key(self, fun, jitted, options, signature, args, kwargs):
@@ -174,16 +174,18 @@ class WarmStart:
         try:
             return Checked(checked_key(traced, options, signature), traced, options, signature)
         except Exception as error:
-            self._not_keyed(fun, error)
+            self.not_keyed(fun, error)
         return None
 
-    def _not_keyed(self, fun, error):
+    def not_keyed(self, fun, error, store=None):
+        """``fun``'s call has no key, for ``error`` (NotStored, or a key that
+        failed): its refusal goes to ``store`` (the front ends' by default)."""
+        store = self.store if store is None else store
         if isinstance(error, NotStored):
-            self.store.refuse(fun, error.reason, str(error))
+            store.refuse(fun, error.reason, str(error))
         else:  # never let a key break a call: compile instead
-            self.store.refuse(
-                fun, _reasons.WARM_KEY_FAILED, f"has a key that failed ({type(error).__name__}: {error})"
-            )
+            failed = f"has a key that failed ({type(error).__name__}: {error})"
+            store.refuse(fun, _reasons.WARM_KEY_FAILED, failed)
 
     def load(self, key):
         """The Compiled stored under ``key``, or None; on None, the compile

@@ -31,7 +31,6 @@ import jax
 
 from fastdispatch import _jax, _reasons
 from fastdispatch.warm import refill
-from fastdispatch.warm.identity import NotStored
 from fastdispatch.warm.keys import jax_own_key
 
 # How warm_start_stats() and the --trace summary name these compiles' tally.
@@ -63,17 +62,11 @@ def _serve(args, jaxpr, params, run):
     warm = _warm
     if warm is None or refill.active() or jax.config.jax_enable_pgle:
         return run()
+    computation = _Computation(params.get("name"))
     try:
         key = FILE_PREFIX + jax_own_key(jaxpr, params, args)
-    except NotStored as refusal:
-        warm.own_store.refuse(_Computation(params.get("name")), refusal.reason, str(refusal))
-        return run()
-    except Exception as error:  # never let the key break the program's call
-        warm.own_store.refuse(
-            _Computation(params.get("name")),
-            _reasons.WARM_KEY_FAILED,
-            f"has a key that failed ({type(error).__name__}: {error})",
-        )
+    except Exception as error:  # NotStored, or a key that failed: jax compiles it
+        warm.not_keyed(computation, error, store=warm.own_store)
         return run()
     tally = warm.tally_of(NAME)
     began = time.perf_counter()
@@ -85,20 +78,18 @@ def _serve(args, jaxpr, params, run):
     hits = warm.jax_cache_hits()
     result = run()
     try:
-        _write(warm, key, args, jaxpr, params, result, warm.jax_cache_hits() > hits)
+        _write(warm, key, computation, args, jaxpr, params, result, warm.jax_cache_hits() > hits)
     except Exception as error:  # never let the store break the program's call
         warm.own_store.refuse(
-            _Computation(params.get("name")),
-            _reasons.WARM_NOT_SERIALIZABLE,
-            f"was not written ({type(error).__name__}: {error})",
+            computation, _reasons.WARM_NOT_SERIALIZABLE, f"was not written ({type(error).__name__}: {error})"
         )
     return result
 
 
-def _write(warm, key, args, jaxpr, params, result, hit: bool) -> None:
-    """Write the executable of jax's compile-and-run ``result`` under ``key``;
-    ``hit``: jax's persistent cache answered the compile."""
-    computation = _Computation(params.get("name"))
+def _write(warm, key, computation, args, jaxpr, params, result, hit: bool) -> None:
+    """Write the executable of jax's compile-and-run ``result`` (of
+    ``computation``) under ``key``; ``hit``: jax's persistent cache answered
+    the compile."""
     _, executable, _, constant_args = result
     if constant_args:
         warm.own_store.refuse(
