@@ -67,6 +67,7 @@ def test_the_suite_has_its_programs():
         "float_loss_every_step",
         "nnx_minigpt",
         "nnx_minigpt_cached_partial",
+        "nnx_minigpt_tutorial",
         "equinox_sampling",
         "rl_numpy_dqn",
     }
@@ -95,6 +96,7 @@ FAST_STEPS = {
 SERVED = {
     "nnx_minigpt": ("train_step", "MiniGPT.generate_step"),
     "nnx_minigpt_cached_partial": ("train_step", "MiniGPT.generate_step"),
+    "nnx_minigpt_tutorial": ("train_step", "MiniGPT.generate_step"),
     "equinox_sampling": ("main.<locals>.make_step", "generate_step"),
 }
 # The longest line a recompile explanation or a finding may take.
