@@ -1,17 +1,25 @@
 """Loading a program's stored executables in the background, from its start.
 
-Each program (its script's path, or ``-m`` module) has a manifest in the store,
-``.programs/<digest>``: the keys each of its runs loaded or wrote, one per
-line, in the order the run first asked for them, each run's after a line of
-its own.  When warm start begins, a daemon thread loads the files of the last
-run's keys in that order, then of earlier runs' (warm/store.py's
-``Store.read``), so that loading overlaps the program's imports and model
-initialisation and keeps ahead of its calls; a miss then finds its executable
-loaded (``take``), or waits for the one being loaded.
+Each program has a manifest in the store, ``.programs/<digest>``: the keys
+each of its runs loaded or wrote, one per line, in the order the run first
+asked for them, each run's after a line of its own.  A program is named twice
+(``program_names``): by its script's path, and by the script's file name and
+content, so that a program run from another folder, or a store copied to
+another machine, still finds the keys its last run used.
 
-Deserializing an executable puts it on jax's devices, which initialises jax's
-backends: the thread waits until the program has done so itself, so that its
-own settings (platform, device count, x64) are in place first.  A file the
+When warm start begins, a few daemon threads take the last run's keys in
+that order, then earlier runs' (``latest_keys``), each thread one key at a
+time: it reads the file at once (disk, checksum, unpickling: no backend is
+needed), and then, once the program has started jax's backends, loads the
+executable onto its devices (``Store.deserialize``; jaxlib releases the GIL,
+so several load side by side).  The loads thus overlap the program's imports
+and model initialisation, the first-needed first, and keep ahead of its
+calls; a miss finds its executable loaded (``take``), waits for the one being
+loaded (never longer than a load of its own would take), or loads it itself
+when no thread has begun it.
+
+The threads wait for the program to start jax's backends itself, so that its
+own settings (platform, device count, x64) are in place first.  A file a
 thread cannot load is left to the miss, which reads it again, counts and warns.
 """
 
@@ -28,6 +36,11 @@ from fastdispatch.warm.store import write_atomically
 
 # Keys loaded per program, at most.
 MAX_KEYS = 64
+# Threads loading at once: on a TPU host a large executable takes seconds to
+# load, and eight loads side by side took a fifth of the time of one after
+# another (docs/warm-start.md); on a machine of few cores, one, to leave the
+# program's own thread its core.
+MAX_THREADS = 8
 _MANIFESTS = ".programs"
 # The manifest's line before each run's keys.
 _RUN = "-"
@@ -36,81 +49,105 @@ _WAIT_STEP = 0.005
 _WAIT_STEP_MAX = 0.05
 
 
+def thread_count(keys: int) -> int:
+    """How many threads load ``keys`` keys: half this machine's cores, at
+    least one and at most MAX_THREADS, no more than there are keys."""
+    return max(1, min(MAX_THREADS, (os.cpu_count() or 2) // 2, keys))
+
+
 class Preloader:
-    """One program's background loads, and its manifest, in one store."""
+    """One program's background loads, and its manifests, in one store."""
 
     def __init__(self, store, program: str):
         self.store = store
-        digest = hashlib.sha256(program.encode()).hexdigest()[:32]
-        self.manifest = os.path.join(store.directory, _MANIFESTS, digest)
+        folder = os.path.join(store.directory, _MANIFESTS)
+        self.manifests = [os.path.join(folder, name) for name in program_names(program)]
         self._remembered = set()
         self._lock = threading.Lock()
         self._pending = {}  # key -> _Load, until its miss takes it
-        self._thread = None
+        self._queue = []  # the loads no thread has taken yet, the first-needed last
+        self._threads = []
 
-    def start(self) -> threading.Thread | None:
-        """Begin loading the manifest's keys in a daemon thread (None: no keys)."""
+    @property
+    def manifest(self) -> str:
+        """The manifest of the program by its path (the one read first)."""
+        return self.manifests[0]
+
+    def start(self) -> list[threading.Thread]:
+        """Begin loading the manifest's keys in daemon threads (none: no keys)."""
         keys = self.latest_keys()
-        if not keys:
-            return None
         loads = [_Load(key) for key in keys]
         with self._lock:
             for load in loads:
                 self._pending[load.key] = load
-        self._thread = threading.Thread(
-            target=self._run, args=(loads,), name="fastdispatch-warm-preload", daemon=True
-        )
-        self._thread.start()
-        return self._thread
+            self._queue = loads[::-1]
+        self._threads = [
+            threading.Thread(target=self._run, name=f"fastdispatch-warm-preload-{i}", daemon=True)
+            for i in range(thread_count(len(keys)) if keys else 0)
+        ]
+        for thread in self._threads:
+            thread.start()
+        return self._threads
 
     def join(self, timeout: float | None = None) -> bool:
         """Wait for the background loads; True once they are done (or none ran)."""
-        if self._thread is not None:
-            self._thread.join(timeout)
-            return not self._thread.is_alive()
-        return True
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for thread in self._threads:
+            thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        return not any(thread.is_alive() for thread in self._threads)
 
     def take(self, key: str):
         """What ``Store.read`` loaded for ``key`` in the background (waiting
-        for it when it is being loaded now), or None: the caller reads it (a
-        load the thread has not begun is not waited for)."""
+        for it when it is being loaded onto the devices now), or None: the
+        caller reads it (a load no thread has begun is not waited for)."""
         with self._lock:
             load = self._pending.pop(key, None)
             if load is None:
                 return None
-            if not load.begun:
+            if not load.loading:
                 load.cancelled = True
                 return None
         load.done.wait()
         return load.value
 
     def remember(self, key: str) -> None:
-        """Append ``key`` to the manifest, once per process (never raises)."""
+        """Append ``key`` to the manifests, once per process (never raises)."""
         if key in self._remembered or not self.store.writable:
             return
         line = key + "\n" if self._remembered else f"{_RUN}\n{key}\n"  # the run's first key
         self._remembered.add(key)
-        try:
-            os.makedirs(os.path.dirname(self.manifest), exist_ok=True)
-            # One short write: processes appending at once keep whole lines.
-            fd = os.open(self.manifest, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        for manifest in self.manifests:
             try:
-                os.write(fd, line.encode())
-            finally:
-                os.close(fd)
-        except OSError:
-            pass  # the manifest only speeds up the next start
+                os.makedirs(os.path.dirname(manifest), exist_ok=True)
+                # One short write: processes appending at once keep whole lines.
+                fd = os.open(manifest, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+                try:
+                    os.write(fd, line.encode())
+                finally:
+                    os.close(fd)
+            except OSError:
+                pass  # the manifest only speeds up the next start
 
     def latest_keys(self) -> list[str]:
         """The keys to load, in the order the program will likely ask for
         them: the last run's, in the order it first asked for them, then each
         earlier run's, the latest first; each once, only those whose files
-        exist, MAX_KEYS at most.  A manifest that grew is compacted to them."""
-        try:
-            with open(self.manifest) as f:
-                lines = f.read().split("\n")
-        except OSError:
-            return []
+        exist, MAX_KEYS at most.  From the manifest of the program's path,
+        else of its name and content (a program moved, or a store copied).
+        A manifest that grew is compacted to them."""
+        for manifest in self.manifests:
+            try:
+                with open(manifest) as f:
+                    lines = f.read().split("\n")
+            except OSError:
+                continue
+            keys = self._keys(lines)
+            if len(lines) > 4 * MAX_KEYS:
+                _rewrite(manifest, keys)
+            return keys
+        return []
+
+    def _keys(self, lines):
         runs = [[]]
         for line in lines:
             if line == _RUN:
@@ -124,46 +161,78 @@ class Preloader:
                     seen.add(key)
                     if os.path.exists(self.store.path(key)):
                         keys.append(key)
-        if len(lines) > 4 * MAX_KEYS:
-            self._rewrite(keys)
         return keys
 
-    def _rewrite(self, keys):
-        """The manifest as one run of ``keys``, which keeps their order."""
-        try:
-            write_atomically(self.manifest, "".join(f"{line}\n" for line in [_RUN, *keys]).encode())
-        except OSError:
-            pass  # the manifest only speeds up the next start
-
-    def _run(self, loads):
-        wait = _WAIT_STEP
-        while not _jax.backends_started():
-            time.sleep(wait)
-            wait = min(wait * 2, _WAIT_STEP_MAX)
-        for load in loads:
+    def _run(self):
+        while True:
             with self._lock:
-                if load.cancelled:
+                load = None
+                while self._queue and load is None:
+                    load = self._queue.pop()
+                    if load.cancelled:
+                        load = None
+                if load is None:
+                    return
+            outcome, stored = self.store.read_file(load.key)
+            if outcome == "read":
+                _wait_for_backends()
+                with self._lock:
+                    load.loading = not load.cancelled
+                if not load.loading:
                     continue
-                load.begun = True
-            try:
-                outcome, value = self.store.read(load.key)
-            except BaseException:  # a load that fails is the miss's to report
-                outcome, value = "damaged", None
-            load.value = value if outcome == "loaded" else None
+                try:
+                    outcome, stored = self.store.deserialize(stored)
+                except BaseException:  # a load that fails is the miss's to report
+                    outcome = "damaged"
+            load.value = stored if outcome == "loaded" else None
             load.done.set()
 
 
-class _Load:
-    """One key's background load: begun by the thread, or cancelled by a miss
-    that came first; ``value`` once ``done``."""
+def _wait_for_backends():
+    wait = _WAIT_STEP
+    while not _jax.backends_started():
+        time.sleep(wait)
+        wait = min(wait * 2, _WAIT_STEP_MAX)
 
-    __slots__ = ("begun", "cancelled", "done", "key", "value")
+
+def _rewrite(manifest, keys):
+    """The manifest as one run of ``keys``, which keeps their order."""
+    try:
+        write_atomically(manifest, "".join(f"{line}\n" for line in [_RUN, *keys]).encode())
+    except OSError:
+        pass  # the manifest only speeds up the next start
+
+
+class _Load:
+    """One key's background load: taken by a thread (``loading`` once it puts
+    the executable on the devices), or cancelled by a miss that came first;
+    ``value`` once ``done``."""
+
+    __slots__ = ("cancelled", "done", "key", "loading", "value")
 
     def __init__(self, key):
         self.key = key
-        self.begun = self.cancelled = False
+        self.loading = self.cancelled = False
         self.value = None
         self.done = threading.Event()
+
+
+def program_names(program: str) -> list[str]:
+    """The manifest names of ``program`` (a script's path, or a module's name):
+    by the path, then, for a script that can be read, by its file name and
+    content (the same program elsewhere: another folder, another machine)."""
+    names = [_digest(program)]
+    try:
+        with open(program, "rb") as f:
+            content = hashlib.sha256(f.read()).hexdigest()
+    except OSError:
+        return names
+    names.append(_digest(os.path.basename(program) + "\0" + content))
+    return names
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
 def program_of_main() -> str | None:

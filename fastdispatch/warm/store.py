@@ -25,6 +25,7 @@ pickle on the file (checksummed against damage, not against an attacker).
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import pickle
 import struct
@@ -47,6 +48,9 @@ _STALE_TEMP_SECONDS = 3600
 _HEADER = struct.Struct("<Q32s")  # payload length, sha256 of the payload
 
 DEFAULT_MAX_BYTES = 1 << 30
+# The folder of the machines a store's executables were compiled for: one
+# file each, named by its environment's digest (Store.note_machine).
+_MACHINES = ".machines"
 
 
 class WarmStartWarning(RuntimeWarning):
@@ -91,6 +95,35 @@ class Store:
         view.reasons = {}
         view.preloader = None
         return view
+
+    def note_machine(self, machine: dict) -> None:
+        """Warn, once, when this store holds executables compiled only for
+        other machines, versions or settings (``machine``: this process's,
+        keys.machine()): none of them is served here, since every key
+        digests its environment; then note this one beside them."""
+        folder = os.path.join(self.directory, _MACHINES)
+        mine = os.path.join(folder, machine["digest"] + ".json")
+        if os.path.exists(mine):
+            return
+        others = []
+        try:
+            names = sorted(os.listdir(folder))
+        except OSError:
+            names = []
+        for name in names:
+            try:
+                with open(os.path.join(folder, name)) as f:
+                    others.append(json.load(f))
+            except (OSError, ValueError):
+                continue
+        if others:
+            warnings.warn(_machine_message(self.directory, others, machine), WarmStartWarning, stacklevel=3)
+        if self.writable:
+            try:
+                os.makedirs(folder, exist_ok=True)
+                write_atomically(mine, json.dumps(machine, indent=1).encode())
+            except OSError:
+                pass  # the note only explains a later process's misses
 
     def path(self, key: str) -> str:
         return os.path.join(self.directory, key + SUFFIX)
@@ -150,7 +183,17 @@ class Store:
         """``("loaded", (what load returns, the warnings to issue again))``,
         ``("missed", None)`` or ``("damaged", why)``: the file under ``key``,
         read and loaded onto its devices, counting and warning nothing (the
-        preloader's thread calls it)."""
+        preloader's threads call it, or its two halves: ``read_file`` needs
+        no backend, ``deserialize`` puts the executable on the devices)."""
+        outcome, stored = self.read_file(key)
+        if outcome != "read":
+            return outcome, stored
+        return self.deserialize(stored, trees)
+
+    def read_file(self, key: str):
+        """``("read", what the file stores)``, ``("missed", None)`` or
+        ``("damaged", why)``: the file under ``key``, read, checked and
+        unpickled; nothing is put on a device."""
         path = self.path(key)
         try:
             with open(path, "rb") as f:
@@ -163,7 +206,16 @@ class Store:
         if payload is None:
             return "damaged", "is damaged (truncated, or its checksum does not match)"
         try:
-            stored = pickle.loads(payload)
+            return "read", pickle.loads(payload)
+        except Exception as error:
+            return "damaged", f"does not load ({type(error).__name__}: {error})"
+
+    @staticmethod
+    def deserialize(stored: dict, trees=None):
+        """``("loaded", ...)`` as ``read`` returns it, or ``("damaged", why)``:
+        a file's ``stored`` content, its executable loaded onto its devices
+        (jaxlib releases the GIL meanwhile: loads run side by side)."""
+        try:
             devices = {device.id: device for device in jax.devices()}
             in_tree, out_tree = (stored["in_tree"], stored["out_tree"]) if trees is None else trees
             compiled = serialize_executable.deserialize_and_load(
@@ -298,6 +350,23 @@ def write_atomically(path: str, data: bytes) -> None:
         with _quiet():
             os.remove(temp)
         raise
+
+
+def _machine_message(directory: str, others: list, machine: dict) -> str:
+    """Why nothing in ``directory`` is served to this process: what its
+    executables were compiled for, against what this process is."""
+    other = others[-1]  # the latest noted, by name: any one says enough
+    differ = [part for part in ("versions", "devices", "processes") if other.get(part) != machine[part]]
+    if differ:
+        what = "; ".join(f"{part} {other.get(part)} (this process: {machine[part]})" for part in differ)
+    else:
+        what = "jax's settings or XLA's flags"
+    more = f" and {len(others) - 1} more" if len(others) > 1 else ""
+    return (
+        f"fastdispatch warm start: {directory} holds executables compiled for another machine{more}, "
+        f"which differs in {what}: none of them is served here; this process compiles its own and "
+        "adds them to the store."
+    )
 
 
 def function_name(fun) -> str:

@@ -136,10 +136,15 @@ def test_the_next_run_loads_in_the_background(tmp_path):
     assert second["stats"]["preloaded"] == second["stats"]["loaded"] == len(STORED)
     assert second["stdout"].count("printing 3.0") == 1
     assert second["donated_deleted"] == first["donated_deleted"]
-    # A copy of the program elsewhere is another program: it loads on its misses.
+    # A copy of the program and its store elsewhere (another folder, another
+    # machine of the same kind) is the same program: it finds its manifest by
+    # the script's name and content, and loads in the background too.
     shutil.copytree(tmp_path, tmp_path / "copy", ignore=shutil.ignore_patterns("copy"))
     third = run(tmp_path / "copy", await_preload=True)
-    assert third["stats"]["preloaded"] == 0 and third["stats"]["loaded"] == len(STORED)
+    assert third["results"] == first["results"]
+    assert third["traced"] == collections.Counter(["printing"])
+    assert third["stats"]["preloaded"] == third["stats"]["loaded"] == len(STORED)
+    assert "another machine" not in third["stderr"]
 
 
 @pytest.mark.parametrize(
@@ -194,8 +199,12 @@ def test_another_jax_version_neither_reads_nor_spoils_the_store(program):
     assert other["traced"] == collections.Counter(FUNCTIONS)
     assert other["stats"]["loaded"] == 0 and other["stats"]["damaged"] == 0
     assert other["stats"]["written"] == len(STORED)
+    # Said once, naming what differs: nothing in the store was for this process.
+    warned = [line for line in other["stderr"].splitlines() if "another machine" in line]
+    assert len(warned) == 1 and "jax 0.10" in warned[0] and "this process: " in warned[0], other["stderr"]
     again = run(program)  # this version's files are still there
     assert again["stats"]["loaded"] == len(STORED)
+    assert "another machine" not in again["stderr"]
 
 
 # An interpreter with another jax installed, and this fastdispatch importable
@@ -287,12 +296,16 @@ def test_two_processes_fill_one_store_at_once(tmp_path):
     for proc in procs:
         stdout, stderr = proc.communicate(timeout=180)
         report = finished(proc, stdout, stderr)
+        assert "another machine" not in stderr
         # Each function compiled here, or loaded as the other process wrote it.
         assert max(report["traced"].values()) == 1 and report["traced"]["printing"] == 1
         assert sum(report["traced"][name] for name in STORED) + report["stats"]["loaded"] == len(STORED)
     assert len(store_files(tmp_path)) == len(STORED)
-    # No temporary file left; beside the executables, only the programs' manifests.
-    assert [name for name in os.listdir(tmp_path / "store") if not name.endswith(".jit")] == [".programs"]
+    # No temporary file left; beside the executables, only the programs'
+    # manifests and the one note of the machine they were compiled for.
+    store = tmp_path / "store"
+    assert sorted(name for name in os.listdir(store) if not name.endswith(".jit")) == [".machines", ".programs"]
+    assert [name.endswith(".json") for name in os.listdir(store / ".machines")] == [True]
     after = run(tmp_path)
     assert after["stats"]["loaded"] == len(STORED) and after["stats"]["damaged"] == 0
 

@@ -466,40 +466,6 @@ def test_a_function_that_assigns_outside_state_is_refused():
     function_digest(local_cells_only)
 
 
-def test_the_manifest_names_a_program_s_latest_keys(tmp_path):
-    from fastdispatch.warm import preload
-
-    store = Store(tmp_path)
-    preloader = preload.Preloader(store, "/somewhere/prog.py")
-
-    def run(*keys):  # one process's keys, in the order it asked for them
-        preloader._remembered.clear()
-        for key in keys:
-            preloader.remember(key)
-            preloader.remember(key)  # once per process
-
-    run("a", "b")
-    run("a", "gone")
-    run("c", "d", "b")
-    for key in ("a", "b", "c", "d"):
-        (tmp_path / (key + ".jit")).write_bytes(b"")
-    # The last run's keys in the order it used them (its first call's first),
-    # then the earlier runs', the latest first; each once, only those whose
-    # files exist.
-    assert preloader.latest_keys() == ["c", "d", "b", "a"]
-    # Another program has its own manifest; a manifest that grew is compacted,
-    # its order kept.
-    assert preload.Preloader(store, "/elsewhere/prog.py").latest_keys() == []
-    for _ in range(2 * preload.MAX_KEYS):
-        run("c")
-    assert preloader.latest_keys() == ["c", "d", "b", "a"]
-    with open(preloader.manifest) as f:
-        assert f.read() == "-\nc\nd\nb\na\n"
-    assert preloader.latest_keys() == ["c", "d", "b", "a"]
-    # Without a thread started (no keys to load, or none taken), take says so.
-    assert preloader.take("c") is None and preloader.join(0)
-
-
 def test_checked_mode_keys_the_traced_program(tmp_path, capsys, monkeypatch):
     scale = Opaque()  # refused by the identity digest: checked mode stores it
     scale.factor = 3.0

@@ -1,0 +1,161 @@
+"""fastdispatch.warm.preload: a program's manifests, and its loads in the
+background (read at once, put on the devices once jax's backends are up,
+several side by side, the first-needed first).  Across processes:
+tests/e2e/test_warm_start.py."""
+
+from __future__ import annotations
+
+import threading
+
+import jax.numpy as jnp
+import pytest
+
+import fastdispatch
+from fastdispatch.warm import preload
+from fastdispatch.warm.store import Store
+
+
+def test_the_manifest_names_a_program_s_latest_keys(tmp_path):
+    store = Store(tmp_path)
+    preloader = preload.Preloader(store, "/somewhere/prog.py")
+
+    def run(*keys):  # one process's keys, in the order it asked for them
+        preloader._remembered.clear()
+        for key in keys:
+            preloader.remember(key)
+            preloader.remember(key)  # once per process
+
+    run("a", "b")
+    run("a", "gone")
+    run("c", "d", "b")
+    for key in ("a", "b", "c", "d"):
+        (tmp_path / (key + ".jit")).write_bytes(b"")
+    # The last run's keys in the order it used them (its first call's first),
+    # then the earlier runs', the latest first; each once, only those whose
+    # files exist.
+    assert preloader.latest_keys() == ["c", "d", "b", "a"]
+    # Another program has its own manifest; a manifest that grew is compacted,
+    # its order kept.
+    assert preload.Preloader(store, "/elsewhere/prog.py").latest_keys() == []
+    for _ in range(2 * preload.MAX_KEYS):
+        run("c")
+    assert preloader.latest_keys() == ["c", "d", "b", "a"]
+    with open(preloader.manifest) as f:
+        assert f.read() == "-\nc\nd\nb\na\n"
+    assert preloader.latest_keys() == ["c", "d", "b", "a"]
+    # Without a thread started (no keys to load, or none taken), take says so.
+    assert preloader.take("c") is None and preloader.join(0)
+
+
+def test_a_moved_program_finds_its_manifest_by_name_and_content(tmp_path):
+    store = Store(tmp_path / "store")
+    here, there, edited = tmp_path / "here", tmp_path / "there", tmp_path / "edited"
+    for folder in (here, there, edited):
+        folder.mkdir()
+    (here / "train.py").write_text("print('train')\n")
+    (there / "train.py").write_text("print('train')\n")  # the same program, elsewhere
+    (edited / "train.py").write_text("print('train, edited')\n")
+    (tmp_path / "store" / "k.jit").write_bytes(b"")
+    preloader = preload.Preloader(store, str(here / "train.py"))
+    preloader.remember("k")
+    assert preload.Preloader(store, str(there / "train.py")).latest_keys() == ["k"]
+    assert preload.Preloader(store, str(edited / "train.py")).latest_keys() == []
+    # A program by its path first: edited in place, it keeps its manifest.
+    (here / "train.py").write_text("print('train, edited in place')\n")
+    assert preload.Preloader(store, str(here / "train.py")).latest_keys() == ["k"]
+    # A module run with -m has a name, not a file: its path's manifest only.
+    assert len(preload.program_names("some.module")) == 1
+
+
+def test_threads_half_the_cores_at_most_eight_no_more_than_the_keys(monkeypatch):
+    for cores, keys, threads in [(2, 10, 1), (1, 10, 1), (13, 10, 6), (64, 10, 8), (64, 3, 3), (None, 5, 1)]:
+        monkeypatch.setattr(preload.os, "cpu_count", lambda cores=cores: cores)
+        assert preload.thread_count(keys) == threads
+
+
+@pytest.fixture
+def stored(tmp_path):
+    """A store holding four executables, and their keys in the order a run used them."""
+    fastdispatch.warm_start(tmp_path, preload=False)
+    try:
+        for n in range(4):
+            f = fastdispatch.jit(lambda x, n=n: x * n)
+            f(jnp.ones(n + 1))
+    finally:
+        fastdispatch.warm_start(None)
+    keys = sorted(path.stem for path in tmp_path.glob("*.jit") if not path.name.startswith("jax-"))
+    assert len(keys) == 4
+    return Store(tmp_path), keys
+
+
+def preloader_of(store, keys):
+    preloader = preload.Preloader(store, "/somewhere/prog.py")
+    for key in keys:
+        preloader.remember(key)
+    preloader._remembered.clear()
+    return preloader
+
+
+def test_loads_begin_in_the_order_of_need_several_at_once(stored, monkeypatch):
+    store, keys = stored
+    monkeypatch.setattr(preload, "thread_count", lambda n: 2)
+    # The first two loads wait for each other: they pass only side by side.
+    both = threading.Barrier(2, timeout=10)
+    threads = []
+    deserialize = store.deserialize
+
+    def side_by_side(content, trees=None):
+        threads.append(threading.current_thread().name)
+        if len(threads) <= 2:
+            both.wait()
+        return deserialize(content, trees)
+
+    read = []
+    read_file = store.read_file
+    monkeypatch.setattr(store, "read_file", lambda key: (read.append(key), read_file(key))[1])
+    monkeypatch.setattr(store, "deserialize", side_by_side)
+    preloader = preloader_of(store, keys)
+    assert len(preloader.start()) == 2
+    assert preloader.join(30)
+    assert read == keys  # taken in the order the last run asked for them
+    assert len(set(threads[:2])) == 2 and not both.broken
+    for key in keys:
+        compiled, warned = preloader.take(key)
+        assert compiled is not None and warned == ()
+
+
+def test_files_are_read_before_the_backends_start_and_loaded_after(stored, monkeypatch):
+    store, keys = stored
+    monkeypatch.setattr(preload, "thread_count", lambda n: 2)
+    started = threading.Event()
+    monkeypatch.setattr(preload._jax, "backends_started", started.is_set)
+    loaded = []
+    deserialize = store.deserialize
+    monkeypatch.setattr(store, "deserialize", lambda s, trees=None: (loaded.append(1), deserialize(s, trees))[1])
+    read = []
+    read_file = store.read_file
+    monkeypatch.setattr(store, "read_file", lambda key: (read.append(key), read_file(key))[1])
+    preloader = preloader_of(store, keys)
+    preloader.start()
+    assert not preloader.join(0.3)
+    # Each thread has read its first file, and waits for the program's backends.
+    assert read == keys[:2] and loaded == []
+    # A miss on a key whose load has not begun reads it itself, at once.
+    assert preloader.take(keys[1]) is None
+    started.set()
+    assert preloader.join(30)
+    assert len(loaded) == 3  # the cancelled one was left to its miss
+    assert all(preloader.take(key) is not None for key in (keys[0], keys[2], keys[3]))
+    assert preloader.take(keys[0]) is None  # taken once
+
+
+def test_a_file_that_does_not_load_is_left_to_the_miss(stored):
+    store, keys = stored
+    with open(store.path(keys[0]), "r+b") as f:
+        f.seek(40)
+        f.write(b"garbage")
+    preloader = preloader_of(store, keys)
+    preloader.start()
+    assert preloader.join(30)
+    assert preloader.take(keys[0]) is None  # damaged: the miss reads, counts and warns
+    assert preloader.take(keys[1]) is not None
