@@ -34,7 +34,7 @@ from fastdispatch.warm import jax_cache, jax_own, refill, warned
 from fastdispatch.warm import outputs as described_outputs
 from fastdispatch.warm import preload as preload_module
 from fastdispatch.warm.identity import NotStored, function_digest
-from fastdispatch.warm.keys import call_key, checked_key
+from fastdispatch.warm.keys import call_key, checked_key, machine
 from fastdispatch.warm.store import DEFAULT_MAX_BYTES, Store, WarmStartWarning, function_name
 
 # The thread's count of functions jax traced at top level (jax.monitoring's
@@ -128,6 +128,7 @@ class WarmStart:
         # (kept alive, so that an id is never another's): they do not
         # serialize whole, nor does a compile jax answers with one of them.
         self.served = {}
+        self.machine_noted = False
 
     def tally(self, fun) -> dict:
         return self.tally_of(function_name(fun))
@@ -150,6 +151,7 @@ class WarmStart:
         _traces.fun = fun  # for the load that follows, on this thread
         _traces.identity = None
         try:
+            self.note_machine()
             if identified:
                 # The methods of the call's tree nodes, as far as its code may call them.
                 _traces.identity = function_digest(fun, node_types)
@@ -172,10 +174,18 @@ class WarmStart:
         _traces.fun = fun
         _traces.identity = None
         try:
+            self.note_machine()
             return Checked(checked_key(traced, options, signature), traced, options, signature)
         except Exception as error:
             self.not_keyed(fun, error)
         return None
+
+    def note_machine(self) -> None:
+        """At this process's first key: the store warns if it was filled on
+        another machine only (Store.note_machine)."""
+        if not self.machine_noted:
+            self.machine_noted = True
+            self.store.note_machine(machine())
 
     def not_keyed(self, fun, error, store=None):
         """``fun``'s call has no key, for ``error`` (NotStored, or a key that

@@ -64,6 +64,7 @@ def _serve(args, jaxpr, params, run):
         return run()
     computation = _Computation(params.get("name"))
     try:
+        warm.note_machine()
         key = FILE_PREFIX + jax_own_key(jaxpr, params, args)
     except Exception as error:  # NotStored, or a key that failed: jax compiles it
         warm.not_keyed(computation, error, store=warm.own_store)

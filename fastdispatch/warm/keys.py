@@ -76,6 +76,21 @@ def environment() -> tuple:
     )
 
 
+def machine() -> dict:
+    """What this process compiles for, as people read it, and the digest of
+    all of it (``environment()``, jax's settings and XLA's flags included):
+    the store notes each machine its files were compiled for (Store.note_machine)."""
+    devices = jax.devices()
+    kinds = ", ".join(sorted({device.device_kind for device in devices}))
+    return {
+        "digest": hashlib.sha256(repr(environment()).encode()).hexdigest()[:32],
+        "versions": f"fastdispatch {fastdispatch_version()}, jax {jax.__version__}, "
+        f"jaxlib {jaxlib.__version__}, Python {sys.version.split()[0]}",
+        "devices": f"{jax.default_backend()}: {len(devices)} x {kinds}, {devices[0].client.platform_version}",
+        "processes": jax.process_count(),
+    }
+
+
 # jax settings that say where and when jax keeps compiles, not what it
 # compiles: warm start sets them itself (warm/jax_cache.py), in every process
 # alike or not, and a store must serve a program whether jax's cache is on.
