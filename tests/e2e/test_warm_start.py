@@ -304,7 +304,8 @@ def test_two_processes_fill_one_store_at_once(tmp_path):
     # No temporary file left; beside the executables, only the programs'
     # manifests and the one note of the machine they were compiled for.
     store = tmp_path / "store"
-    assert sorted(name for name in os.listdir(store) if not name.endswith(".jit")) == [".machines", ".programs"]
+    beside = sorted(name for name in os.listdir(store) if not name.endswith(".jit"))
+    assert beside == [".machines", ".programs"]
     assert [name.endswith(".json") for name in os.listdir(store / ".machines")] == [True]
     after = run(tmp_path)
     assert after["stats"]["loaded"] == len(STORED) and after["stats"]["damaged"] == 0

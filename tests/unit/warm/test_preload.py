@@ -131,7 +131,9 @@ def test_files_are_read_before_the_backends_start_and_loaded_after(stored, monke
     monkeypatch.setattr(preload._jax, "backends_started", started.is_set)
     loaded = []
     deserialize = store.deserialize
-    monkeypatch.setattr(store, "deserialize", lambda s, trees=None: (loaded.append(1), deserialize(s, trees))[1])
+    monkeypatch.setattr(
+        store, "deserialize", lambda content, trees=None: (loaded.append(1), deserialize(content, trees))[1]
+    )
     read = []
     read_file = store.read_file
     monkeypatch.setattr(store, "read_file", lambda key: (read.append(key), read_file(key))[1])
