@@ -520,14 +520,15 @@ def _trainstate(kind: str, batch: str) -> Workload:
         trainstate_step,
         functools.partial(_trainstate_args, kind),
         loop=trainstate_batches(kind),
+        feeds_back=True,
         needs=("flax", "optax"),
         # ~14 arrays in the state beside 2 numpy leaves: jax.jit converts them faster.
         hand_off="numpy arguments",
         skip={EQUINOX: "filter_jit makes TrainState.create's step=0 static: its step stays an int"},
         note=f"train_step(state, x, y): linen Dense 32, relu, Dense {CLASSES}, TrainState.create(..., "
         f"tx=optax.adam(1e-3)), cross-entropy on integer labels, state fed back; x, y: numpy {batch}, "
-        f"{TRAINSTATE_BATCHES} batches in turn; raw limit runs the first state and batch every time, "
-        "the batch put on the device each call",
+        f"{TRAINSTATE_BATCHES} batches in turn; raw limit runs each call on the state the last one "
+        "left, the batch put on the device each call",
     )
 
 
@@ -612,6 +613,7 @@ TRAINSTATE = [
         nnx_trainstate_step,
         _nnx_trainstate_args,
         loop=state_fed_back,
+        feeds_back=True,
         needs=("flax", "optax"),
         skip={EQUINOX: "filter_jit makes TrainState.create's step=0 static: its step stays an int"},
         note="flax's nnx toy example 03: nnx.split(model, nnx.Param, Count) in a TrainState "
@@ -717,6 +719,7 @@ WORKLOADS = [
         sgd,
         _sgd_args,
         loop=sgd_fed_back,
+        feeds_back=True,
         jit_options={"donate_argnums": 0},
         skip={EQUINOX: "filter_jit can't donate only the first argument"},
         note="raw limit of the non-donated twin: donated buffers can't be reused",
@@ -727,10 +730,11 @@ WORKLOADS = [
         adam_step,
         _adam_args,
         loop=adam_fed_back,
+        feeds_back=True,
         skip={EQUINOX: "filter_jit makes step: int static: a compile every call"},
         new_scalars=(int,),
         note="adam_step(params, opt_state, batch, step: int, lr: float); "
-        "raw limit runs the first call's inputs every time, step put on the device each call",
+        "raw limit runs each call on the last one's outputs, step put on the device each call",
     ),
     Workload(
         "adam_small",
@@ -738,10 +742,11 @@ WORKLOADS = [
         adam_step,
         _small_adam_args,
         loop=adam_fed_back,
+        feeds_back=True,
         skip={EQUINOX: "filter_jit makes step: int static: a compile every call"},
         new_scalars=(int,),
-        note="the Adam step on a 2-layer param dict; raw limit runs the first call's inputs every time, "
-        "step put on the device each call",
+        note="the Adam step on a 2-layer param dict; raw limit runs each call on the last one's "
+        "outputs, step put on the device each call",
     ),
     Workload(
         "step_counter",
@@ -761,8 +766,10 @@ WORKLOADS = [
         sgd_batch_step,
         _numpy_batch_args,
         loop=numpy_batches,
+        feeds_back=True,
         note=f"params: {BATCH_LAYERS}-layer dict fed back; x, y: numpy f32[4,8], "
-        f"{NUMPY_BATCHES} batches in turn; raw limit puts the first batch on the device each call",
+        f"{NUMPY_BATCHES} batches in turn; raw limit puts the first batch on the device each call, "
+        "params fed back",
     ),
     Workload(
         "device_batch",
@@ -770,8 +777,10 @@ WORKLOADS = [
         sgd_batch_step,
         _device_batch_args,
         loop=device_batches,
+        feeds_back=True,
         note=f"params: {BATCH_LAYERS}-layer dict fed back; x, y: f32[4,8] put on the device "
-        f"apart, {DEVICE_BATCHES} batches in turn; raw limit runs the first batch every call",
+        f"apart, {DEVICE_BATCHES} batches in turn; raw limit runs the first batch every call, "
+        "params fed back",
     ),
     _effect_step("debug_print", "jax.debug.print step", printed_step, "stdout to os.devnull", quiet=True),
     _effect_step(
@@ -801,7 +810,8 @@ WORKLOADS = [
         sample,
         lambda: ((jax.random.key(0),), {}),
         loop=key_fed_back,
-        note="raw limit runs the first key every time",
+        feeds_back=True,
+        note="raw limit runs each call on the last one's key",
     ),
     Workload(
         "sharded_8",

@@ -228,7 +228,7 @@ def jit_raw_runner(w: Workload) -> tuple[Callable[[], list], int]:
     nums = {nums} if isinstance(nums, int) else set(nums or ())
     args = [a for i, a in enumerate(args) if i not in nums]
     kwargs = {k: v for k, v in kwargs.items() if k not in names}
-    return raw_runner(compiled, args, kwargs, w.new_scalars), 0
+    return raw_runner(compiled, args, kwargs, w.new_scalars, feed_back=w.feeds_back), 0
 
 
 def _raw_loop(run: Callable[[], list], blocking: bool) -> Callable[[int], object]:

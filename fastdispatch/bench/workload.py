@@ -98,6 +98,10 @@ class Workload:
     # call, how many of its first outputs are not the function's: equinox's
     # marker, flax's Variables); default: jax.jit's executable of fun.
     raw: Callable[[Workload], tuple[Callable[[], list], int]] | None = None
+    # The loop runs each call on the previous call's outputs (a training loop):
+    # the default raw limit does too (raw_runner's feed_back: the honest floor
+    # on an accelerator, where an input still being computed costs the launch).
+    feeds_back: bool = False
     # Python scalar types whose values the loop changes every call (a step
     # counter's int): the raw limit puts them on the device on every call, as
     # it does numpy leaves (fastdispatch.bench.raw.raw_runner).

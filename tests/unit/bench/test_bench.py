@@ -38,6 +38,30 @@ def test_donated_workload_with_outputs_fed_back():
     assert "donate only the first argument" in result.skipped[dispatch.EQUINOX]
 
 
+def test_the_raw_limit_of_a_loop_fed_back_runs_on_its_outputs():
+    from fastdispatch.bench.raw import raw_runner
+
+    def step(params, key, lr):
+        new_key, sub = jax.random.split(key)
+        return {k: v - lr * jax.random.normal(sub, v.shape) for k, v in params.items()}, new_key, lr * 1.0
+
+    params, key = {"w": jnp.ones(3), "b": jnp.zeros(2)}, jax.random.key(0)
+    compiled = jax.jit(step).lower(params, key, 0.5).compile()
+    run = raw_runner(compiled, (params, key, 0.5), feed_back=True)
+    for _ in range(3):
+        got = run()
+    expected = (params, key, 0.5)
+    for _ in range(3):
+        expected = step(*expected)
+    # The params and the typed key are fed back (their avals lead the outputs);
+    # lr is not: a Python float in, an array out, it ends the prefix.
+    want = [*jax.tree_util.tree_leaves(expected[0]), jax.random.key_data(expected[1])]
+    assert [g.tolist() for g in got[:2]] == [w.tolist() for w in want[:2]]
+    assert jax.random.key_data(got[2]).tolist() == want[2].tolist()
+    same = raw_runner(compiled, (params, key, 0.5))  # the first call's inputs, every call
+    assert same()[0].tolist() == same()[0].tolist()
+
+
 def test_equinox_rows_run_against_equinox_and_its_executable():
     for name in ("eqx_forward", "eqx_static_fields"):
         result = tiny_run(name, eqx.implementations())
