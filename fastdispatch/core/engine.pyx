@@ -388,6 +388,10 @@ cdef class Engine:
         if type(outputs) is HandOff:
             self.handed_off(call, entry, (<HandOff>outputs).reason)
             return (<HandOff>outputs).reason
+        if self.handed_off_like is not None:
+            # A call alike the one handed off ran here (one every 64th that
+            # went the whole way: numpy data that now repeats): so may the next.
+            self.remember_hand_off(None, None, None)
         finish = entry.finish if found.finish == NULL else <object>found.finish
         keep(&found.out, (<Outputs>finish).rebuild(outputs))
         ended(call.function, times, True, 0, None, entry.signature)

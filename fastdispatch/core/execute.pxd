@@ -24,6 +24,8 @@ cdef class Inputs:
     cdef bint later_scalars_hand_off     # new_scalars_hand_off, once calls_before_hand_off runs out
     cdef bint later_host_hand_off        # host_hand_off, likewise
     cdef list last_scalars             # per kept input: the last value's bits met (SCALAR), or None
+    cdef tuple host_kept               # per kept input: a HostKept (a small HOST), or None
+    cdef bint reuse_host_buffers       # host_kept is kept: the function donates nothing
 
     # The executable's input buffers (a new list) for a call's flat leaves
     # (a list or a tuple), or a HandOff when the library must run the call
@@ -35,6 +37,21 @@ cdef class Inputs:
     cdef bint new_scalar_in(self, PyObject** leaves)
     cdef bint _is_new(self, Py_ssize_t input, object bits)
     cdef object _scalar_buffer(self, Py_ssize_t input, object value, bint reuse)
+    # Every host leaf's bytes are the ones a device array already holds, or
+    # were the previous call's (kept then: it repeats): the call can run here
+    # with a transfer for none of them (host_hand_off notwithstanding).
+    cdef bint host_repeats(self, PyObject** leaves) except -1
+    cdef object _host_buffer(self, Py_ssize_t input, object value, bint reuse)
+
+
+# A small numpy input's last bytes and the device array holding them: a call
+# whose leaf has the same bytes reuses the array instead of a transfer.
+@cython.final
+cdef class HostKept:
+    cdef object copy                   # a private copy of the bytes last seen (np.ndarray), or None
+    cdef object buffer                 # the device array of those bytes, or None (not put yet)
+    cdef Py_ssize_t misses             # calls whose bytes differed (copies are rarer then)
+    cdef bint comparable               # the leaf's memory is contiguous: its bytes can be compared
 
 
 cdef class Executable:

@@ -19,13 +19,15 @@ runs them, with jax's runtime tokens.  Whatever it cannot run,
 import sys
 from collections import deque, namedtuple
 
+cimport numpy as cnp
+from cpython.buffer cimport PyBUF_C_CONTIGUOUS, PyBuffer_Release, PyObject_GetBuffer
 from cpython.list cimport PyList_GET_ITEM, PyList_New, PyList_SET_ITEM
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from cpython.object cimport PyObject
 from cpython.ref cimport Py_DECREF, Py_INCREF
 from cpython.sequence cimport PySequence_Fast_ITEMS
 from cpython.tuple cimport PyTuple_GET_ITEM
-from libc.string cimport memcpy
+from libc.string cimport memcmp, memcpy
 
 from fastdispatch.core.clock cimport now_ns
 from fastdispatch.core.pytree.flatten cimport flatten_into
@@ -33,11 +35,26 @@ from fastdispatch.core.pytree.treedef cimport TreeDef
 from fastdispatch.core.signature cimport (
     CallSignature, LeafKey, LeafKind, LEAF_ARRAY, LEAF_HOST, LEAF_KEY, LEAF_SCALAR, int_fits,
     plain_host_value)
+import numpy as np
+
 from fastdispatch import _jax, _reasons
 from fastdispatch._reasons import MustHandOff
 
+cnp.import_array()
+
 # Distinct values an executable keeps on device per Python scalar input.
 MAX_REUSED_SCALARS = 64
+
+# A numpy input of at most this many bytes whose bytes are the previous call's
+# (a mask, an eval batch, a constant passed every step) reuses the device array
+# that holds them: no transfer, where jax.jit makes one on every call (about
+# 50 us each on a TPU v5e's host).  Comparing 64 KiB costs a few us.
+HOST_REUSE_MAX_BYTES = 1 << 16
+# A numpy input whose bytes keep changing (a new batch each step) is copied
+# for the next call's comparison on its first HOST_COPIED_MISSES calls, then
+# only every HOST_RECHECK_CALLS-th: what it costs is one failed comparison.
+HOST_COPIED_MISSES = 8
+HOST_RECHECK_CALLS = 64
 
 cdef str _HOST_DATA = _reasons.HOST_DATA
 
@@ -210,13 +227,13 @@ cdef class Inputs:
         cdef Py_ssize_t j
         cdef LeafKind kind
         cdef bint reuse = False
-        if self.host_hand_off:
+        if self.host_hand_off and not self.host_repeats(items):
             return _HOST_HAND_OFF
-        if self.has_scalars:
+        if self.has_scalars or self.reuse_host_buffers:
             # A device array made earlier is reused only where no transfer
             # guard is set: under one, each call's transfer must meet it.
             guard = _host_transfer_guard()
-            reuse = self.reuse_scalar_buffers and (guard is None or guard == _ALLOW)
+            reuse = guard is None or guard == _ALLOW
         cdef list buffers = PyList_New(self.num_inputs)
         for j in range(self.num_inputs):
             leaf = <object>items[self.input_leaf[j]]
@@ -224,12 +241,11 @@ cdef class Inputs:
             if kind == LEAF_KEY:
                 leaf = getattr(leaf, _KEY_BUFFER)
             elif kind == LEAF_SCALAR:
-                leaf = self._scalar_buffer(j, leaf, reuse)
+                leaf = self._scalar_buffer(j, leaf, reuse and self.reuse_scalar_buffers)
                 if type(leaf) is HandOff:
                     return leaf
             elif kind == LEAF_HOST:
-                # numpy memory is mutable: converted on every call, never kept.
-                leaf = _put_host(<object>PyTuple_GET_ITEM(self.host_inputs, j), leaf)
+                leaf = self._host_buffer(j, leaf, reuse)
                 if leaf is None:
                     return _NO_CONVERSION
             Py_INCREF(leaf)
@@ -289,6 +305,112 @@ cdef class Inputs:
         if reuse and bits is not None and len(kept) < MAX_REUSED_SCALARS:
             kept[bits] = buffer
         return buffer
+
+    cdef bint host_repeats(self, PyObject** leaves) except -1:
+        """Whether every numpy leaf holds the bytes last seen on its input (a
+        device array of them kept, or made once now): then the call runs here
+        with no transfer, where jax.jit would make one per leaf.  A leaf whose
+        bytes changed is copied to compare the next call's with (see
+        _host_buffer's policy for bytes that keep changing).  Never under a
+        transfer guard: each call's transfers must meet it."""
+        cdef Py_ssize_t j
+        cdef HostKept kept
+        cdef object value
+        cdef int same
+        cdef bint repeats = True
+        if not self.reuse_host_buffers:
+            return False
+        guard = _host_transfer_guard()
+        if not (guard is None or guard == _ALLOW):
+            return False
+        for j in range(self.num_inputs):
+            if self.input_kind[j] != LEAF_HOST:
+                continue
+            kept = <HostKept>PyTuple_GET_ITEM(self.host_kept, j)
+            if kept is None:
+                return False
+            value = <object>leaves[self.input_leaf[j]]
+            same = _same_bytes(kept, value)
+            if same == 0:
+                _missed(kept, value)   # each leaf's bytes, for the next call
+            repeats &= same == 1
+        return repeats
+
+    def kept_host_arrays(self):
+        """The device array kept for each numpy input (None: none kept now, or
+        the input is not compared), in input order: what a call whose bytes
+        repeat reuses."""
+        return [None if kept is None else (<HostKept>kept).buffer
+                for j, kept in enumerate(self.host_kept) if self.input_kind[j] == LEAF_HOST]
+
+    cdef object _host_buffer(self, Py_ssize_t input, object value, bint reuse):
+        """A device array of a numpy input's bytes, or None when it does not
+        convert.  numpy memory is mutable: the bytes are compared, never the
+        caller's object kept, and the array kept is made from a private copy
+        (on the CPU a device array may alias the host memory it came from)."""
+        spec = <object>PyTuple_GET_ITEM(self.host_inputs, input)
+        cdef HostKept kept = <HostKept>PyTuple_GET_ITEM(self.host_kept, input)
+        if kept is None or not reuse:
+            return _put_host(spec, value)
+        cdef int same = _same_bytes(kept, value)
+        if same == 1:
+            if kept.buffer is not None and not kept.buffer.is_deleted():
+                return kept.buffer
+        elif same == 0:
+            if not _missed(kept, value):
+                return _put_host(spec, value)
+        else:
+            return _put_host(spec, value)   # not contiguous: never compared
+        kept.buffer = _put_host(spec, kept.copy)
+        return kept.buffer
+
+
+cdef bint _missed(HostKept kept, object value) except -1:
+    """``value``'s bytes differ from those kept: copy them, to compare the next
+    call's with, while they have changed at most HOST_COPIED_MISSES times, and
+    then every HOST_RECHECK_CALLS-th time (else forget them); whether copied."""
+    kept.misses += 1
+    kept.buffer = None
+    if kept.misses > HOST_COPIED_MISSES and kept.misses % HOST_RECHECK_CALLS:
+        kept.copy = None
+        return False
+    kept.copy = np.array(value, order="C", copy=True)
+    return True
+
+
+cdef int _same_bytes(HostKept kept, object value) except -2:
+    """1: ``value`` holds the bytes of ``kept.copy`` (its dtype and shape are the
+    signature's: equal bytes are equal values); 0: it does not, or nothing is
+    kept yet; -1: its memory is not C-contiguous, so it is never compared (a
+    byte compare of a transposed array could match a copy of other values)."""
+    cdef Py_buffer mine, theirs
+    if not kept.comparable:
+        return -1
+    if kept.copy is None:
+        return 0
+    if type(value) is np.ndarray:
+        if not cnp.PyArray_IS_C_CONTIGUOUS(<cnp.ndarray>value):
+            kept.comparable = False
+            return -1
+        PyObject_GetBuffer(kept.copy, &mine, PyBUF_C_CONTIGUOUS)
+        try:
+            return (cnp.PyArray_NBYTES(<cnp.ndarray>value) == mine.len
+                    and memcmp(cnp.PyArray_DATA(<cnp.ndarray>value), mine.buf, mine.len) == 0)
+        finally:
+            PyBuffer_Release(&mine)
+    try:
+        PyObject_GetBuffer(value, &theirs, PyBUF_C_CONTIGUOUS)   # a numpy scalar
+    except BufferError:
+        kept.comparable = False
+        return -1
+    try:
+        PyObject_GetBuffer(kept.copy, &mine, PyBUF_C_CONTIGUOUS)
+        try:
+            return theirs.len == mine.len and memcmp(theirs.buf, mine.buf, mine.len) == 0
+        finally:
+            PyBuffer_Release(&mine)
+    finally:
+        PyBuffer_Release(&theirs)
 
 
 cdef class Executable:
@@ -371,6 +493,17 @@ cdef class Executable:
         return _consume(results, self.out_handlers)
 
 
+cdef HostKept _host_kept(object leaf):
+    """What an entry keeps of a numpy input small enough to compare (None:
+    larger, converted every call).  Nothing is kept of the compiling call:
+    jax.jit converted its leaf."""
+    if leaf.nbytes > HOST_REUSE_MAX_BYTES:
+        return None
+    cdef HostKept kept = HostKept.__new__(HostKept)
+    kept.comparable = True
+    return kept
+
+
 cdef inline bint _convertible_host_value(object leaf, object aval) except -1:
     """A numpy array or scalar batched_device_put puts as jax.jit would: of the
     input's shape, and of its dtype once jax has canonicalised it."""
@@ -419,8 +552,12 @@ cdef Executable make_executable(object compiled, CallSignature signature, list l
     cdef Py_ssize_t num_other = n - num_host - num_scalars
     cdef bint host_hand_off = num_host and num_other < HOST_BREAK_EVEN_LEAVES * (num_host + num_cast)
     cdef bint scalars_hand_off = num_scalars and num_other < NEW_SCALAR_BREAK_EVEN_LEAVES * num_scalars
-    if calls_before_hand_off == HAND_OFF_NOW and host_hand_off:
-        raise MustHandOff(_HOST_DATA)
+    host_kept = tuple([
+        _host_kept(leaves[parts.kept[j]]) if signature.keys[parts.kept[j]].kind == LEAF_HOST and not donates
+        else None for j in range(n)])
+    cdef bint keeps_host = num_host and sum(kept is not None for kept in host_kept) == num_host
+    if calls_before_hand_off == HAND_OFF_NOW and host_hand_off and not keeps_host:
+        raise MustHandOff(_HOST_DATA)   # jax.jit converts them faster, and they never repeat here
 
     cdef Inputs inputs = Inputs.__new__(Inputs)
     inputs.num_inputs = n
@@ -443,8 +580,12 @@ cdef Executable make_executable(object compiled, CallSignature signature, list l
         _scalar_bits(leaves[inputs.input_leaf[j]])
         if inputs.input_kind[j] == LEAF_SCALAR else None for j in range(n)]
     inputs.reuse_scalar_buffers = not donates
+    inputs.host_kept = host_kept
+    inputs.reuse_host_buffers = any(kept is not None for kept in host_kept)
     inputs.new_scalars_hand_off = calls_before_hand_off == HAND_OFF_NOW and scalars_hand_off
-    inputs.host_hand_off = False
+    # Leaving its numpy values to jax.jit from the first call, but for calls
+    # whose bytes repeat (host_repeats).
+    inputs.host_hand_off = calls_before_hand_off == HAND_OFF_NOW and host_hand_off
     inputs.later_scalars_hand_off, inputs.later_host_hand_off = scalars_hand_off, host_hand_off
     inputs.calls_before_hand_off = (calls_before_hand_off if host_hand_off or scalars_hand_off
                                     else NEVER_HAND_OFF)

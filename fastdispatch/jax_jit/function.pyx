@@ -304,7 +304,8 @@ cdef class CompiledFunction(Engine):
                 executable = entry.executable
                 if executable is None:
                     reason = entry.hand_off_reason if entry.hand_off_reason is _HOST_DATA else None
-                elif executable.inputs.host_hand_off:
+                elif executable.inputs.host_hand_off and not executable.inputs.host_repeats(
+                        PySequence_Fast_ITEMS(guarded)):
                     reason = _HOST_DATA
                 elif executable.inputs.new_scalars_hand_off and executable.inputs.new_scalar_in(
                         PySequence_Fast_ITEMS(guarded)):

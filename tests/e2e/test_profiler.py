@@ -180,8 +180,8 @@ def capture_calls_of_every_kind(log_dir):
     # --trace recorded the same calls.
     stats = {row["name"].rpartition(".")[2]: row for row in dispatch_trace.stats().values()}
     assert (stats["step"]["calls"], stats["step"]["compiles"]) == (8, 2), stats["step"]
-    # (the numpy miss counts too: jax runs its entry)
-    assert stats["step"]["hand_offs"] == {"numpy arguments": 2, "tracer": 1}, stats["step"]["hand_offs"]
+    # (the numpy miss is a compile: its entry runs calls whose numpy bytes repeat)
+    assert stats["step"]["hand_offs"] == {"numpy arguments": 1, "tracer": 1}, stats["step"]["hand_offs"]
     for (_, _), times, *_ in dispatch_trace.latest_calls():
         assert list(times) == sorted(times) and times[0] > 0
 

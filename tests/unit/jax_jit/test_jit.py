@@ -77,10 +77,79 @@ def test_transformations_and_configs_go_to_jax(sink):
 
 def test_numpy_arguments_are_run_by_jax_and_still_cached(sink):
     f = fastdispatch.jit(lambda x: x * 2)
-    for _ in range(2):
-        out = f(np.arange(3, dtype=np.float32))
-    np.testing.assert_array_equal(out, np.array([0.0, 2.0, 4.0]))
-    assert reasons(sink) == ["numpy arguments"] * 2 and f._cache_size() == 1
+    for i in range(3):
+        out = f(np.arange(3, dtype=np.float32) + i)
+    np.testing.assert_array_equal(out, np.array([4.0, 6.0, 8.0]))
+    # The first call compiles (jax.jit runs it); new bytes after it go to jax.jit.
+    assert reasons(sink) == [None, "numpy arguments", "numpy arguments"] and f._cache_size() == 1
+
+
+def test_numpy_data_that_repeats_reuses_its_device_array(sink):
+    # A small call jax.jit converts faster, but whose numpy bytes are the
+    # previous call's: from the third call on it runs here, with no transfer
+    # (the first compiles, the second's bytes are not known yet).
+    f = fastdispatch.jit(lambda x, m: x * m)
+    x, mask = np.arange(6, dtype=np.float32).reshape(2, 3), np.ones((2, 3), np.float32)
+    for _ in range(4):
+        np.testing.assert_array_equal(f(x, mask), x)
+    assert reasons(sink) == [None, "numpy arguments", None, None]
+    (entry,) = f._cache_entries()
+    kept = entry.executable.inputs.kept_host_arrays()
+    np.testing.assert_array_equal(f(x.copy(), mask.copy()), x)  # equal bytes, other objects
+    assert reasons(sink)[-1] is None
+    assert [a is b for a, b in zip(entry.executable.inputs.kept_host_arrays(), kept)] == [True, True]
+    # Bytes changed in place: never the kept array; such a call goes to jax.jit.
+    mask[0, 0] = 5.0
+    np.testing.assert_array_equal(f(x, mask), x * mask)
+    assert reasons(sink)[-1] == "numpy arguments"
+    np.testing.assert_array_equal(f(x, mask), x * mask)  # the new bytes repeat: here again
+    now = entry.executable.inputs.kept_host_arrays()
+    assert reasons(sink)[-1] is None and now[0] is kept[0] and now[1] is not kept[1]
+    # -0.0 and 0.0 are other bytes, as NaNs of other payloads are.
+    z = np.zeros((2, 3), np.float32)
+    for value in (z, z, -z, -z):
+        got = f(x, value)
+        np.testing.assert_array_equal(np.signbit(got), np.signbit(x * value))
+
+
+def test_repeated_numpy_data_is_compared_only_where_that_is_sound(sink):
+    f = fastdispatch.jit(lambda x, y: x + y)
+    c = np.arange(6, dtype=np.float32).reshape(2, 3)
+    y = np.ones((3, 2), np.float32)
+    # A transposed view is not C-contiguous: never compared, whatever its bytes.
+    fortran = np.asfortranarray(np.arange(6, dtype=np.float32).reshape(3, 2))
+    for x in (c.T.copy(), c.T.copy(), c.T.copy(), fortran, fortran):
+        np.testing.assert_array_equal(f(x, y), np.asarray(x) + 1)
+    # Under a transfer guard, every call transfers as jax.jit's does (and raises as it does).
+    with jax.transfer_guard("disallow"):
+        with pytest.raises(Exception, match="[Dd]isallowed"):
+            f(c.T.copy(), y)
+    # A function that donates, or data larger than the bound, is never kept.
+    big = np.ones(_execute.HOST_REUSE_MAX_BYTES // 4 + 1, np.float32)
+    g = fastdispatch.jit(lambda v: v * 2)
+    for _ in range(4):
+        np.testing.assert_array_equal(g(big), big * 2)
+    (entry,) = g._cache_entries()
+    assert not entry.is_fast  # jax.jit converts it: nothing to compare
+    # A kept array deleted by its caller (returned as the output, then deleted) is put again.
+    same = fastdispatch.jit(lambda v: v)
+    v = np.arange(3, dtype=np.float32)
+    for _ in range(4):
+        out = same(v)
+    out.delete()
+    np.testing.assert_array_equal(same(v), v)
+
+
+def test_numpy_data_repeating_in_trees_is_found_by_a_call_that_goes_the_whole_way(sink):
+    # Calls of trees are handed to jax.jit before they are flattened, but
+    # every 64th: that one compares the bytes, and the next that repeats runs here.
+    f = fastdispatch.jit(lambda p, x: {k: v + x.sum() for k, v in p.items()})
+    params, x = {"w": jnp.ones(2), "b": jnp.zeros(2)}, np.ones(3, np.float32)
+    for _ in range(200):
+        out = f(params, x)
+    np.testing.assert_array_equal(out["w"], np.full(2, 4.0))
+    served = [hand_off is None for hand_off in reasons(sink)]
+    assert served[0] and not any(served[1:64]) and all(served[130:])
 
 
 def test_effects_run_on_the_fast_path(sink, capfd):
@@ -129,7 +198,13 @@ def test_numpy_arguments_beside_many_arrays_are_converted_here(sink):
     cast(params[: _execute.HOST_BREAK_EVEN_LEAVES + 1], np.ones(3, np.float64))
     donating = fastdispatch.jit(lambda ps, v: [p + v for p in ps], donate_argnums=0)
     donating([jnp.ones(3) for _ in params], np.ones(3, np.float32))
-    assert reasons(sink) == ["numpy arguments"] * 3
+    # Each first call compiles; the next with new bytes goes to jax.jit (the
+    # entries keep their bytes, in case they repeat); a function that donates
+    # leaves every call to jax.jit.
+    few(params[: _execute.HOST_BREAK_EVEN_LEAVES - 1], np.zeros(3, np.float32))
+    cast(params[: _execute.HOST_BREAK_EVEN_LEAVES + 1], np.zeros(3, np.float64))
+    assert reasons(sink) == [None, None, "numpy arguments", "numpy arguments", "numpy arguments"]
+    assert [e.is_fast for e in donating._cache_entries()] == [False]
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.int64, np.uint64, np.complex128, np.uint8, np.bool_])
@@ -178,11 +253,11 @@ jax.tree_util.register_pytree_node(Counted, _flatten_counted, lambda _, children
 def test_tree_calls_jax_takes_for_their_leaves_are_handed_off_before_flattening():
     f = fastdispatch.jit(lambda tree, x: tree.value * x)
     tree = Counted(jnp.ones(3))
-    for _ in range(3):  # a compile, then hits handed off after our flatten
-        f(tree, np.ones(3, np.float32))
+    for i in range(3):  # a compile, then hits handed off after our flatten
+        f(tree, np.full(3, i, np.float32))
     Counted.flattens = 0
-    for _ in range(128):
-        f(tree, np.ones(3, np.float32))
+    for i in range(128):  # new numpy bytes every call (repeating ones would run here)
+        f(tree, np.full(3, i, np.float32))
     # jax.jit's own flatten every call; ours every 64th call only, to key it again.
     assert Counted.flattens == 128 + 2
     # Device arrays where the numpy argument was: a type the hand-off does

@@ -326,28 +326,30 @@ def test_a_loaded_entry_leaves_numpy_arguments_to_jax_jit_after_its_first_calls(
     # jax.jit converts numpy arguments faster than the fast path, so a
     # compiled entry of a small call leaves them to it.  A loaded one converts
     # them itself at first (handing a call to jax.jit would trace and compile
-    # it); a loop longer than that repays jax.jit's one compile.
+    # it); a loop longer than that repays jax.jit's one compile.  (Numpy
+    # bytes that repeat would run here all along: each call's are new.)
     from fastdispatch.jax_jit import function as jit_function
 
     def step(w, x):
         return w - 0.1 * (x @ w)
 
     jitted = fastdispatch.jit(step)
-    w, x = jnp.ones((3, 3)), np.ones((3, 3))  # float64: cast as jax.jit casts it
     first = jit_function.LOADED_CALLS_BEFORE_JAX
+    w = jnp.ones((3, 3))
+    xs = [np.full((3, 3), i / 8) for i in range(first + 4)]  # float64: cast as jax.jit casts it
     fastdispatch.warm_start(tmp_path, preload=False)
     try:
-        jitted(w, x)
+        jitted(w, xs[-1])
         jitted.clear_cache()  # ours and jax's: the next call loads
         del sink.calls[:]
-        outs = [jitted(w, x) for _ in range(first + 3)]
+        outs = [jitted(w, x) for x in xs[:-1]]
         assert fastdispatch.warm_start_stats()["loaded"] == 1
     finally:
         fastdispatch.warm_start(None)
     outcomes = ["hit" if call.hit else call.hand_off for call in sink.calls]
     assert outcomes == ["hit"] * first + ["numpy arguments"] * 3
-    for out in outs:
-        np.testing.assert_array_equal(out, step(w, jnp.asarray(x, jnp.float32)))
+    for out, x in zip(outs, xs):
+        np.testing.assert_array_equal(out, jax.jit(step)(w, x))
 
 
 def test_a_reused_trace_is_not_written(tmp_path):
