@@ -19,6 +19,8 @@ class HandOff:
 
 class Inputs:
     new_scalars_hand_off: bool
+    host_hand_off: bool
+    def kept_host_arrays(self) -> list[Any | None]: ...
 
 class Executable:
     inputs: Inputs
