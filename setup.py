@@ -4,6 +4,7 @@ Set FASTDISPATCH_ANNOTATE=1 to write Cython's annotated HTML beside each .pyx.
 """
 
 import os
+import sys
 from pathlib import Path
 
 import numpy
@@ -32,6 +33,8 @@ extensions = [
         "fastdispatch." + name.replace("/", "."),
         [f"fastdispatch/{name}.pyx"],
         include_dirs=[numpy.get_include()],
+        # timer_create (tracing/timer.pyx) is librt's before glibc 2.34.
+        libraries=["rt"] if name == "tracing/timer" and sys.platform.startswith("linux") else [],
         define_macros=[
             ("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION"),
             ("CYTHON_CLINE_IN_TRACEBACK", "0"),

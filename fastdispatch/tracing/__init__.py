@@ -7,7 +7,7 @@ The package, by job:
   findings.py   the report's model: wall-time split, executables, findings (--trace-json)
   sites.py      the user's file and line of an event
   hooks.py      host syncs, eager ops and compile phases, watched under --trace only
-  sampler.py    the main thread's stack, sampled under --trace with FASTDISPATCH_TRACE_LINES=1
+  sampler.py    the main thread's stack, sampled on it under --trace
   chrome.py     the Chrome trace-event file (Perfetto)
   here          the switch: which traces are on, and the public API
 
@@ -87,8 +87,8 @@ def start(max_events=100_000, watch_host=False):
 
         t.tally = hooks.Tally()
         hooks.install(t.tally)
-        if os.environ.get(LINES_VARIABLE, "") not in ("", "0"):
-            t.sampler = Sampler(threading.main_thread().ident).start()
+        if os.environ.get(LINES_VARIABLE, "") != "0":
+            t.sampler = Sampler().start()
     with _install_lock:
         _active.append(t)
         _install()
@@ -96,10 +96,7 @@ def start(max_events=100_000, watch_host=False):
     return t
 
 
-# Opt-in: the sampler reads the main thread's frames from another thread, and
-# CPython 3.11 crashed once doing so (a segfault in frame.f_back, in flax's
-# suite under --trace, not reproduced since); --trace must never abort a
-# program that runs without it (docs/tracing.md, "By your line").
+# Set to 0, --trace samples no lines (the sampler's signal left alone).
 LINES_VARIABLE = "FASTDISPATCH_TRACE_LINES"
 
 

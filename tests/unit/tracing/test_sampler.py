@@ -1,5 +1,6 @@
 """tracing.sampler: where "the rest" of the wall time goes, by the program's line."""
 
+import signal
 import threading
 import time
 
@@ -22,7 +23,8 @@ def sort_a_lot(seconds):
 
 
 def sample_while(work):
-    sampler = Sampler(threading.get_ident(), interval=0.002).start()
+    sampler = Sampler(interval=0.002).start()
+    assert sampler is not None, "no per-thread timer on this machine"
     try:
         work()
     finally:
@@ -60,3 +62,43 @@ def test_the_time_of_a_line_includes_its_jax_calls():
     placed = sum(ns for (file, _, _), ns in sampler.lines.items() if file == __file__)
     assert placed >= 0.8 * sampler.sampled_ns
     assert sampler.sampled_ns == sampler.unplaced_ns + sum(sampler.lines.values())
+
+
+def test_only_the_main_thread_is_signalled_and_its_calls_are_not_broken():
+    # Other threads' sleeps and waits run their length: the signal never
+    # reaches them; the main thread's own sleep and waits restart.
+    done = []
+
+    def other():
+        t = time.perf_counter()
+        threading.Event().wait(0.2)
+        time.sleep(0.1)
+        done.append(time.perf_counter() - t)
+
+    def work():
+        thread = threading.Thread(target=other)
+        thread.start()
+        time.sleep(0.2)  # SLEEP
+        thread.join()
+
+    sampler = sample_while(work)
+    assert done and done[0] >= 0.3
+    sleeping = [row for row in sampler.by_line(".") if row["file"].endswith("test_sampler.py")]
+    assert sum(row["seconds"] for row in sleeping) >= 0.15
+
+
+def test_a_signal_the_program_set_is_never_taken(monkeypatch):
+    from fastdispatch.tracing import sampler as module
+
+    signo = signal.SIGRTMIN + module.SIGNAL_OFFSET
+    previous = signal.signal(signo, lambda *a: None)
+    try:
+        assert Sampler().start() is None
+    finally:
+        signal.signal(signo, previous)
+    # Off the main thread, nothing is sampled either.
+    got = []
+    thread = threading.Thread(target=lambda: got.append(Sampler().start()))
+    thread.start()
+    thread.join()
+    assert got == [None]
