@@ -271,8 +271,11 @@ def start_tracing(options):
     (registered later, so run earlier)."""
     from fastdispatch import _jax
     from fastdispatch.tracing import start, stop
+    from fastdispatch.tracing.recorder import process_age_ns
 
     t = start(watch_host=True)
+    # The wall from the process's start: Python's own, and the imports before --trace began.
+    t.start_up_ns = process_age_ns()
     # Resolved now: the program may change directory.
     trace_out = os.path.abspath(options.trace_out) if options.trace_out else None
     trace_json = os.path.abspath(options.trace_json) if options.trace_json else None

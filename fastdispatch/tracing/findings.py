@@ -67,12 +67,14 @@ def summary(trace) -> dict:
 
     functions = trace.function_stats()
     wall_ns = trace._wall_ns()
-    findings = _function_findings(functions, trace._cwd, label) + _site_findings(trace, wall_ns)
+    # Shares that keep a finding are of the program's own wall, start-up apart.
+    traced_ns = wall_ns - trace.start_up_ns
+    findings = _function_findings(functions, trace._cwd, label) + _site_findings(trace, traced_ns)
     findings.sort(key=lambda f: -f.seconds)
     return {
         "title": trace_title(process_of_program()),
         "wall_seconds": wall_ns / 1e9,
-        "split": wall_split(functions, wall_ns, trace.tally),
+        "split": wall_split(functions, wall_ns, trace.tally, trace.start_up_ns),
         "functions": [s.as_dict(wall_ns) for s in functions],
         "executables": executables(trace, functions, label),
         "findings": [f.as_dict() for f in findings],
@@ -81,15 +83,18 @@ def summary(trace) -> dict:
     }
 
 
-def wall_split(functions, wall_ns, tally) -> dict:
+def wall_split(functions, wall_ns, tally, start_up_ns=0) -> dict:
     """Seconds of the traced wall time by where they went; ``eager_ops`` and
-    ``host_syncs`` are None where they were not watched (``trace()`` from Python)."""
+    ``host_syncs`` are None where they were not watched (``trace()`` from Python);
+    ``start_up``: the process's life before the trace began (Python, imports)."""
     compiling = sum(s.compile_ns for s in functions) / 1e9
     in_calls = sum(s.call_ns for s in functions) / 1e9 - compiling
     eager = tally.eager_seconds() if tally is not None else None
     syncs = tally.sync_seconds() if tally is not None else None
-    rest = wall_ns / 1e9 - in_calls - compiling - (eager or 0.0) - (syncs or 0.0)
+    start_up = start_up_ns / 1e9
+    rest = wall_ns / 1e9 - start_up - in_calls - compiling - (eager or 0.0) - (syncs or 0.0)
     return {
+        "start_up": start_up,
         "compiled_calls": in_calls,
         "compiling": compiling,
         "compile_phases": dict(tally.compile_seconds) if tally is not None else {},

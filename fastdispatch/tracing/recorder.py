@@ -143,6 +143,15 @@ class FunctionStats:
         self.device_ns += ns
         self.device_calls += 1
 
+    def device_seconds(self, wall_ns=None):
+        """The device's time of the calls run on the fast path, estimated from
+        the calls waited for (their mean time alone past the launch, times the
+        calls), at most the wall time; None when no call was waited for."""
+        if not self.device_calls:
+            return None
+        seconds = self.device_ns / self.device_calls * self.fast_calls / 1e9
+        return min(seconds, wall_ns / 1e9) if wall_ns else seconds
+
     def device(self):
         """What the sampled calls say (None: no call was waited for): the
         median period between its calls on the host, the device's time for a
@@ -195,6 +204,7 @@ class FunctionStats:
             "call_seconds": self.call_ns / 1e9,
             "wall_share": self.call_ns / wall_ns if wall_ns else 0.0,
             "device": self.device(),
+            "device_seconds": self.device_seconds(wall_ns),
             "recompiles": [
                 {"compile": number, "changes": list(changes)} for number, changes in self.recompiles
             ],
@@ -218,6 +228,9 @@ class Trace:
         self._cwd = os.getcwd()  # locations are shown relative to it
         self.start_ns = time.perf_counter_ns()
         self.end_ns = None
+        # The process's life before the trace began (Python's start, imports):
+        # part of the wall under ``--trace`` (process_age_ns), else none.
+        self.start_up_ns = 0
         self._host_bytes = {}  # id(signature) -> (signature, numpy bytes each call converts)
         self._transfers = {}  # site -> [calls, bytes, ns outside the launch, calls handed off]
         self._serials = itertools.count()  # one per wrapper object seen
@@ -408,7 +421,7 @@ class Trace:
 
     def _wall_ns(self):
         end = self.end_ns if self.end_ns is not None else time.perf_counter_ns()
-        return end - self.start_ns
+        return end - self.start_ns + self.start_up_ns
 
     def function_stats(self):
         """FunctionStats of every traced function, most time in calls first."""
@@ -531,3 +544,15 @@ def _name_and_location(fn, cwd):
     if code is None:
         return name, "?"
     return name, f"{short_path(code.co_filename, cwd)}:{code.co_firstlineno}"
+
+
+def process_age_ns() -> int:
+    """Nanoseconds since this process started (Linux: /proc; elsewhere 0)."""
+    try:
+        with open("/proc/self/stat") as f:
+            # The fields after the command's name (which may hold spaces), from the third.
+            fields = f.read().rpartition(")")[2].split()
+        started = int(fields[19]) / os.sysconf("SC_CLK_TCK")  # field 22: start time since boot
+        return max(0, int((time.clock_gettime(time.CLOCK_BOOTTIME) - started) * 1e9))
+    except (OSError, ValueError, IndexError, AttributeError):
+        return 0

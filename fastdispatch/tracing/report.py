@@ -28,8 +28,9 @@ OVERHEAD_NOTE = (
 
 DEVICE_NOTE = (
     "host or device: period, the median time between calls on the host; device, the device's time\n"
-    "  for a call run alone past its launch (a few calls in every 256 are waited for); device-bound\n"
-    "  when that is at least 80% of the period (a faster dispatch would not help), else host-bound:"
+    "  for a call run alone past its launch (a few calls in every 256 are waited for), and times its\n"
+    "  fast-path calls, in seconds; device-bound when that is at least 80% of the period (a faster\n"
+    "  dispatch would not help), else host-bound:"
 )
 
 
@@ -109,7 +110,7 @@ def format_report(functions, wall_ns, process=None, summary=None):
 
 def _device_table(functions):
     """Host-bound or device-bound, per function whose calls were sampled."""
-    rows = [("function", "period us", "device us", "waited", "verdict")]
+    rows = [("function", "period us", "device us", "device s", "waited", "verdict")]
     for s in functions:
         device = s.device()
         if device is not None and device["verdict"]:
@@ -118,13 +119,14 @@ def _device_table(functions):
                     _clip_label(s),
                     f"{device['period_us']:.1f}",
                     f"{device['device_us']:.1f}",
+                    f"{s.device_seconds():.3f}",
                     str(device["waited_calls"]),
                     device["verdict"],
                 )
             )
     if len(rows) == 1:
         return []
-    return ["", DEVICE_NOTE] + _table(rows, right_aligned=range(1, 4))
+    return ["", DEVICE_NOTE] + _table(rows, right_aligned=range(1, 5))
 
 
 def _tail(s):
@@ -144,6 +146,7 @@ def format_split(split, wall_seconds):
         f"{name} {seconds:.3f}" for name, seconds in split["compile_phases"].items() if seconds
     )
     parts = [
+        ("python start-up, imports", split.get("start_up") or None, ""),
         ("inside compiled calls", split["compiled_calls"], ""),
         ("compiling", split["compiling"], f"jax: {phases}" if phases else ""),
         ("eager jax ops outside jit", split["eager_ops"], ""),

@@ -462,8 +462,21 @@ def test_a_large_matmul_printing_its_loss_is_device_bound(tmp_path):
     )
     device = verdict_of(report, "big")
     assert device["verdict"] == "device-bound" and device["waited_calls"] >= 3  # one burst: 3 run alone
+    (big,) = [f for f in report["functions"] if f["name"] == "big"]
+    assert 0.5 * report["split"]["host_syncs"] < big["device_seconds"] <= report["wall_seconds"]
+    assert "device s" in stderr
     assert report["split"]["device_work"] > 0.5 * report["split"]["host_syncs"]
     assert "device-bound" in stderr and "device work of compiled calls" in stderr
+
+
+def test_the_wall_is_the_process_s_from_its_start(tmp_path):
+    report, stderr, _ = run_traced(tmp_path, "import time\nimport jax\ntime.sleep(0.3)\n")
+    split = report["split"]
+    # Python's start and the imports before --trace began (jax's among them) are part of it.
+    assert split["start_up"] > 0.05 and "python start-up, imports" in stderr
+    named = sum(v for k, v in split.items() if k in ("start_up", "compiled_calls", "compiling", "eager_ops"))
+    assert abs(report["wall_seconds"] - named - split["host_syncs"] - split["rest"]) < 1e-6
+    assert report["wall_seconds"] >= split["start_up"] + 0.3
 
 
 def test_the_wall_time_goes_to_the_programs_lines(tmp_path):
