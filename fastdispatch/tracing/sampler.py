@@ -30,6 +30,7 @@ from fastdispatch.tracing.sites import library_code, short_path
 __all__ = ["INTERVAL", "Sampler"]
 
 INTERVAL = 0.01  # seconds between samples (each runs a Python handler, ~10 us)
+_OWN = "fastdispatch."  # the modules whose frames never name a line's library call
 # The real-time signal the timer sends: one no runtime we know of uses.
 SIGNAL_OFFSET = 7
 
@@ -90,10 +91,15 @@ class Sampler:
     @staticmethod
     def _where(frame):
         """(file, line, library call) of the program's innermost frame, or
-        None when no frame is the program's."""
+        None when no frame is the program's.  The library call is the
+        outermost library function the line called, fastdispatch's own left
+        out (a call's dispatch, the trace's bookkeeping: the function table
+        has their time): the library below them, else none."""
         callee = None
         while frame is not None and library_code(frame.f_code):
-            callee, frame = frame, frame.f_back
+            if not frame.f_globals.get("__name__", "").startswith(_OWN):
+                callee = frame
+            frame = frame.f_back
         if frame is None:
             return None
         return (frame.f_code.co_filename, frame.f_lineno, _name(callee))

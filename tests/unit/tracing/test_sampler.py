@@ -102,3 +102,22 @@ def test_a_signal_the_program_set_is_never_taken(monkeypatch):
     thread.start()
     thread.join()
     assert got == [None]
+
+
+def test_fastdispatch_s_own_frames_never_name_a_line_s_library_call():
+    import jax.numpy as jnp
+
+    import fastdispatch
+
+    step = fastdispatch.jit(lambda x: x * 2)
+    x = jnp.ones(4)
+
+    def calls():
+        end = time.perf_counter() + 0.3
+        with fastdispatch.trace():  # the recorder's Python runs in every call
+            while time.perf_counter() < end:
+                step(x)
+
+    sampler = sample_while(calls)
+    names = {row["in_library"] for row in sampler.by_line(".")}
+    assert not any(name.startswith("fastdispatch.") for name in names), names
