@@ -172,6 +172,21 @@ def step_counter(fn, args, kwargs, n):
     return (x, step), out
 
 
+# --- numpy arguments: new bytes every call, or the same ---------------------------
+
+
+@functools.cache
+def _numpy_pairs():
+    return tuple((np.full(4, k, np.float32), np.full(4, 2.0 + k, np.float32)) for k in range(NUMPY_VARIANTS))
+
+
+def new_numpy_pairs(fn, args, kwargs, n):
+    """fn(x, y) on numpy arrays of other bytes than the last call's."""
+    for x, y in itertools.islice(itertools.cycle(_numpy_pairs()), n):
+        out = fn(x, y)
+    return (x, y), out
+
+
 # --- SGD on a new batch each step: numpy, or already on the device ---------------
 
 BATCH_LAYERS = 10
@@ -304,8 +319,24 @@ def forward(params, x):
     return x
 
 
+NUMPY_VARIANTS = 4  # the numpy rows' distinct values, in turn: new bytes every call
+
+
+@functools.cache
+def _numpy_xs():
+    return tuple(np.full((4, 8), 0.1 * (k + 1), np.float32) for k in range(NUMPY_VARIANTS))
+
+
 def _numpy_tree_args():
-    return (make_params(0.5, FEW_LAYERS), np.full((4, 8), 0.1, np.float32)), {}
+    return (make_params(0.5, FEW_LAYERS), _numpy_xs()[0]), {}
+
+
+def new_numpy_x(fn, args, kwargs, n):
+    """fn(params, x) with x a numpy array of other bytes than the last call's."""
+    params, x = args
+    for x in itertools.islice(itertools.cycle(_numpy_xs()), n):
+        out = fn(params, x)
+    return (params, x), out
 
 
 def decay_params(params, step):
@@ -374,7 +405,9 @@ HAND_OFFS = [
         forward,
         _numpy_tree_args,
         "numpy arguments",
-        "forward(params, x): 4 arrays and a numpy f32[4,8]; raw limit puts x on the device each call",
+        f"forward(params, x): 4 arrays and a numpy f32[4,8], {NUMPY_VARIANTS} values in turn; "
+        "raw limit puts x on the device each call",
+        loop=new_numpy_x,
     ),
     _hand_off_row(
         "hand_off_new_scalar_tree",
@@ -705,9 +738,19 @@ WORKLOADS = [
         "numpy_args",
         "two numpy arrays",
         add,
-        lambda: ((np.ones(4, np.float32), np.full(4, 2.0, np.float32)), {}),
+        lambda: (_numpy_pairs()[0], {}),
+        loop=new_numpy_pairs,
         hand_off="numpy arguments",
-        note=f"'numpy arguments': {_HAND_OFF_NOTE}; raw limit puts both on the device each call",
+        note=f"'numpy arguments': {_HAND_OFF_NOTE}; {NUMPY_VARIANTS} pairs in turn; "
+        "raw limit puts both on the device each call",
+    ),
+    Workload(
+        "numpy_repeated",
+        "two numpy arrays, the same bytes every call",
+        add,
+        lambda: (_numpy_pairs()[0], {}),
+        note="fastdispatch reuses the device arrays of bytes that repeat: no transfer; jax.jit "
+        "and the raw limit put both on the device each call",
     ),
     Workload(
         "positional_200", "200 positional arrays", total, lambda: (tuple(_vec(i) for i in range(200)), {})

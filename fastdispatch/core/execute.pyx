@@ -320,9 +320,6 @@ cdef class Inputs:
         cdef bint repeats = True
         if not self.reuse_host_buffers:
             return False
-        guard = _host_transfer_guard()
-        if not (guard is None or guard == _ALLOW):
-            return False
         for j in range(self.num_inputs):
             if self.input_kind[j] != LEAF_HOST:
                 continue
@@ -334,7 +331,10 @@ cdef class Inputs:
             if same == 0:
                 _missed(kept, value)   # each leaf's bytes, for the next call
             repeats &= same == 1
-        return repeats
+        if not repeats:
+            return False
+        guard = _host_transfer_guard()   # asked last: a hand-off never pays for it
+        return guard is None or guard == _ALLOW
 
     def kept_host_arrays(self):
         """The device array kept for each numpy input (None: none kept now, or
