@@ -37,11 +37,16 @@ MIN_SHAPE_RECOMPILES = 2  # three shapes of one argument
 MIN_NEW_WRAPPERS = 1
 MIN_HOST_SYNCS = 10
 MIN_HOST_TRANSFERS = 10
-MIN_EAGER_OPS = 100
 # ... and the least share of the wall time the host syncs at one site cost
 # (0.02 s of reads in a three-minute run is clutter).  Timed around each
 # read; an eager op on jax's fast path is not always timed (hooks.py).
 MIN_WALL_SHARE = 0.001
+# Eager ops are kept by their share of the wall alone, whatever their count:
+# a model's init runs a few ops at each of many lines, all under one call.
+MIN_EAGER_SHARE = 0.02
+# Of an eager-op finding's time, the share compiling from which it advises
+# --warm-start (which keeps jax's compiles of eager ops) beside jitting.
+EAGER_COMPILE_SHARE = 0.5
 
 KINDS = ("recompile_new_object", "shape_churn", "new_wrapper", "host_sync", "host_transfer", "eager_ops")
 
@@ -80,7 +85,49 @@ def summary(trace) -> dict:
         "findings": [f.as_dict() for f in findings],
         # the wall time by the program's line, from the sampled main thread
         "lines": trace.sampler.by_line(trace._cwd) if trace.sampler is not None else [],
+        # every site of eager ops and of host transfers, whatever its count
+        "eager_sites": _eager_sites(trace),
+        "transfer_sites": _transfer_sites(trace),
     }
+
+
+def _eager_sites(trace) -> list:
+    tally = trace.tally
+    if tally is None:
+        return []
+    sites = [
+        {
+            **_where(site, trace._cwd),
+            "count": count,
+            "seconds": ns / 1e9,
+            "compile_seconds": compile_ns / 1e9,
+            "building": tally.built.get(site, ""),
+            "inside": tally.called.get(site, ""),
+        }
+        for site, (count, ns, compile_ns) in tally.eager.items()
+        if site is not None
+    ]
+    return sorted(sites, key=lambda row: -row["seconds"])
+
+
+def _transfer_sites(trace) -> list:
+    sites = [
+        {
+            **_where(site, trace._cwd),
+            "calls": calls,
+            "bytes": size,
+            "seconds": ns / 1e9,
+            "handed_off": handed_off,
+        }
+        for site, (calls, size, ns, handed_off) in trace._transfers.items()
+        if site is not None
+    ]
+    return sorted(sites, key=lambda row: -row["seconds"])
+
+
+def _where(site, cwd) -> dict:
+    file, _, line = short(site, cwd).rpartition(":")
+    return {"file": file, "line": int(line)}
 
 
 def wall_split(functions, wall_ns, tally, start_up_ns=0) -> dict:
@@ -212,8 +259,16 @@ def _site_findings(trace, wall_ns) -> list:
             if ns >= MIN_WALL_SHARE * wall_ns
         ]
         candidates += [
-            ("eager_ops", MIN_EAGER_OPS, site, count, ns, _eager_message(count, tally.built.get(site)))
-            for site, (count, ns) in tally.eager.items()
+            (
+                "eager_ops",
+                1,
+                site,
+                count,
+                ns,
+                _eager_message(count, ns, compile_ns, tally.built.get(site), tally.called.get(site)),
+            )
+            for site, (count, ns, compile_ns) in tally.eager.items()
+            if ns >= MIN_EAGER_SHARE * wall_ns
         ]
     return [
         _finding(kind, site, count, ns, message, trace._cwd)
@@ -238,15 +293,18 @@ def _sync_message(count, hows):
     )
 
 
-def _eager_message(count, built):
+def _eager_message(count, ns, compile_ns, built, called):
+    ops = f"{count} jax ops one by one"
+    compiling = f", {compile_ns / 1e9:.2f} of {ns / 1e9:.2f} s compiling them" if compile_ns else ""
+    warm = ", or run with --warm-start" if compile_ns >= EAGER_COMPILE_SHARE * ns else ""
     if built:
-        return (
-            f"{count} jax operations dispatched one by one while building {built} here; "
-            f"build it under jit (a jitted function that makes it), or once"
-        )
+        return f"{ops} while building {built} here{compiling}; build it under jit{warm}, or once"
+    if called:
+        name = called.rpartition(".")[2]
+        example = f" (jax.jit(model.{name}))" if name in ("init", "apply", "init_with_output") else ""
+        return f"{ops} inside {called} here{compiling}; jit the call{example}{warm}"
     return (
-        f"{count} jax operations dispatched one by one outside jit here; move them into the jitted "
-        f"function (or jit the loop body)"
+        f"{ops} outside jit here{compiling}; move them into the jitted function (or jit the loop body){warm}"
     )
 
 

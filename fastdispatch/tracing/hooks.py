@@ -26,7 +26,12 @@ anything else, one with no reverse-mode rule).  While installed:
 Each event is counted once, at its outermost hook (an eager op that reads
 an array is one eager op), by the user's file and line (``sites.user_frame``);
 an eager op inside constructors, at the line that builds the outermost object
-(a model: one finding there, not one per layer).
+(a model: one finding there, not one per layer); one in the program's code
+that a jax library called back (flax's ``init`` running a Module's
+``__call__``, ``jax.tree.map`` a lambda), at the program's line that called
+that library (``CNN().init(...)``: one finding, not one per layer's line).
+An eager op on jax's Python path is timed with its compile (tracing,
+lowering, XLA: each op's first shape), which is kept apart.
 
 Times: a sync, and an eager op on jax's Python path, are timed around the
 call.  The C++ fast path runs no Python before the op, only after it (the
@@ -74,8 +79,9 @@ class Tally:
 
     def __init__(self):
         self.syncs = {}  # (site, how) -> [count, ns]
-        self.eager = {}  # site -> [count, ns]
+        self.eager = {}  # site -> [count, ns, compile ns]
         self.built = {}  # site of eager ops in constructors -> the class it builds
+        self.called = {}  # site of eager ops a library's call ran -> that library function
         self.compile_seconds = dict.fromkeys(_jax.COMPILE_PHASE_EVENTS.values(), 0.0)
         # jax's persistent cache: compiles that asked it, that it served, written to it
         self.jax_cache = dict.fromkeys(_jax.JAX_CACHE_EVENTS.values(), 0)
@@ -88,11 +94,20 @@ class Tally:
             entry[0] += 1
             entry[1] += ns
 
+    def add_op(self, site, ns, compile_ns):
+        entry = self.eager.get(site)
+        if entry is None:
+            self.eager[site] = [1, ns, compile_ns]
+        else:
+            entry[0] += 1
+            entry[1] += ns
+            entry[2] += compile_ns
+
     def sync_seconds(self):
         return sum(ns for _, ns in self.syncs.values()) / 1e9
 
     def eager_seconds(self):
-        return sum(ns for _, ns in self.eager.values()) / 1e9
+        return sum(ns for _, ns, _ in self.eager.values()) / 1e9
 
 
 _tallies = []  # the tallies of the traces now on
@@ -108,16 +123,21 @@ def _busy():
     return getattr(_local, "busy", False)
 
 
-def _count(table, key, frame, ns, end):
+def _count(table, key, frame, ns, end, compile_ns=0):
     """One event of ``ns`` ending at ``end``, at ``frame``'s current line."""
     _local.last = (id(frame), frame.f_lineno, frame.f_lasti, end)
     for tally in _tallies:
-        tally.add(getattr(tally, table), key, ns)
+        if table == "eager":
+            tally.add_op(key, ns, compile_ns)
+        else:
+            tally.add(getattr(tally, table), key, ns)
 
 
 def _timed(call, table, frame, how=None, site=None):
-    """``call()``, timed, as one event at ``frame``'s line (or ``site``)."""
+    """``call()``, timed, as one event at ``frame``'s line (or ``site``),
+    with the compile jax made inside it."""
     _local.busy = True
+    _local.compile_ns = 0
     began = time.perf_counter_ns()
     try:
         return call()
@@ -125,7 +145,8 @@ def _timed(call, table, frame, how=None, site=None):
         end = time.perf_counter_ns()
         _local.busy = False
         site = site or (frame.f_code.co_filename, frame.f_lineno)
-        _count(table, site if how is None else (site, how), frame, end - began, end)
+        key = site if how is None else (site, how)
+        _count(table, key, frame, end - began, end, _local.compile_ns)
 
 
 _COMPREHENSIONS = ("<listcomp>", "<dictcomp>", "<setcomp>", "<genexpr>")
@@ -135,24 +156,115 @@ def _op_site(frame):
     """Where an eager op at ``frame`` is reported: its line, or, inside
     constructors (a model's layers, whose initialisers run one op at a
     time), the program's line that builds the outermost object, which the
-    tallies remember with its class's name."""
-    built = None
+    tallies remember with its class's name; or, inside the program's code a
+    jax library called back, the program's line that called the library,
+    remembered with the library function it called."""
+    built = called = None
     outer = frame
     while True:
         body = outer
         while body.f_code.co_name in _COMPREHENSIONS and body.f_back is not None:
             body = body.f_back  # [Block(k) for k in keys] in a constructor: the constructor's
-        if body.f_code.co_name != "__init__":
-            break
-        caller = user_frame(body.f_back)
-        if caller is None:
-            break
-        built, outer = body.f_code.co_qualname.rpartition(".__init__")[0], caller
+        if body.f_code.co_name == "__init__" and (caller := user_frame(body.f_back)) is not None:
+            built, called, outer = body.f_code.co_qualname.rpartition(".__init__")[0], None, caller
+            continue
+        caller, library = _library_caller(outer)
+        if caller is not None:
+            built, called, outer = None, library, caller
+            continue
+        if _model_method(body) and (caller := user_frame(body.f_back)) is not None:
+            built, called, outer = None, body.f_code.co_qualname, caller  # model(x), outside jit
+            continue
+        break
     site = (outer.f_code.co_filename, outer.f_lineno)
-    if built:
+    if built or called:
         for tally in _tallies:
-            tally.built[site] = built
+            (tally.built if built else tally.called)[site] = built or called
     return site
+
+
+_model_methods = {}  # code object -> whether it is a method of a model (a flax or equinox Module)
+
+
+def _model_method(frame) -> bool:
+    """Whether ``frame`` runs a method of a model, a flax (nnx or linen) or
+    equinox Module of the program's: the ops of ``model(x)`` outside jit are
+    one call of the program's.  Decided once per code object."""
+    code = frame.f_code
+    found = _model_methods.get(code)
+    if found is None:
+        found = False
+        if code.co_argcount and code.co_varnames[0] == "self":
+            bases = tuple(
+                base
+                for module, name in (("flax.nnx", "Module"), ("flax.linen", "Module"), ("equinox", "Module"))
+                if (base := getattr(sys.modules.get(module), name, None)) is not None
+            )
+            found = bool(bases) and isinstance(frame.f_locals.get("self"), bases)
+        _model_methods[code] = found
+    return found
+
+
+# Packages whose calls into the program are one call of the program's (the
+# top-level package of a frame's module): jax and the libraries built on it.
+_JAX_LIBRARIES = frozenset({"jax", "jaxlib", "flax", "equinox", "optax", "chex"})
+_jax_library = {}  # code object -> bool
+
+
+def _is_jax_library(frame) -> bool:
+    code = frame.f_code
+    found = _jax_library.get(code)
+    if found is None:
+        module = frame.f_globals.get("__name__", "")
+        found = _jax_library[code] = module.partition(".")[0] in _JAX_LIBRARIES
+    return found
+
+
+def _library_caller(frame):
+    """``(the program's frame, the library function it called)`` where
+    ``frame``, the program's, runs inside a call the program made into a jax
+    library (flax's init calling a Module's ``__call__``): the outermost such
+    call above it; else ``(None, None)``.
+
+    The stack above is walked once per frame (a loop's ops at one line ask
+    again and again): the answer is kept as how many callers up it is, with
+    that frame's code, so that no frame is kept alive by it."""
+    key = (id(frame), frame.f_code)
+    last = getattr(_local, "library_caller", None)
+    if last is not None and last[0] == key:
+        steps, code, library = last[1]
+        if steps is None:
+            return None, None
+        found = frame
+        for _ in range(steps):
+            found = found.f_back if found is not None else None
+        if found is not None and found.f_code is code:
+            return found, library
+    found = library = None
+    steps = walked = 0
+    crossed = None  # the outermost jax-library function (not a wrapper) of the run of library frames passed
+    f = frame.f_back
+    while f is not None:
+        walked += 1
+        if library_code(f.f_code):
+            if _is_jax_library(f) and f.f_code.co_name not in _WRAPPERS:
+                crossed = f
+        elif crossed is not None:
+            found, library, steps, crossed = f, _function_name(crossed), walked, None
+        f = f.f_back
+    _local.library_caller = (key, (steps if found is not None else None, found and found.f_code, library))
+    return found, library
+
+
+# Library frames that only wrap the function a call reached (jax's traceback
+# filter, functools.wraps closures): the function is named, not its wrapper.
+_WRAPPERS = frozenset({"reraise_with_filtered_traceback", "wrapper", "wrapped", "inner", "wrapped_fun"})
+
+
+def _function_name(frame):
+    """``flax's Module.init``: the library by its package, the function by its qualified name."""
+    package = frame.f_globals.get("__name__", "").partition(".")[0]
+    return f"{package}'s {frame.f_code.co_qualname}" if package else frame.f_code.co_qualname
 
 
 # -- host syncs ------------------------------------------------------------------
@@ -277,7 +389,10 @@ def _for_the_store():
 
 def _compile_phase(event, seconds, **kwargs):
     phase = _jax.COMPILE_PHASE_EVENTS.get(event)
-    if phase is None or _busy() or _for_the_store():  # an eager op's compile is the op's time
+    if phase is None or _for_the_store():
+        return
+    if _busy():  # an eager op's compile is the op's time, kept apart in its tally
+        _local.compile_ns = getattr(_local, "compile_ns", 0) + int(seconds * 1e9)
         return
     for tally in _tallies:
         tally.compile_seconds[phase] += seconds

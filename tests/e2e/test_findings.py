@@ -10,7 +10,9 @@ import subprocess
 import sys
 import textwrap
 
-from frontends import needs_flax
+import pytest
+
+from frontends import needs_equinox, needs_flax
 
 
 def run_prog(tmp_path, *options, env=None):
@@ -39,6 +41,17 @@ def run_traced(tmp_path, source, env=None):
     proc = run_prog(tmp_path, "--trace", "--trace-json", "report.json", env=env)
     report = json.loads((tmp_path / "report.json").read_text())
     return report, proc.stderr, planted[0] if planted else None
+
+
+def eager_finding_at(report, line):
+    """The eager-op finding at ``line``; every other one costs its share of the wall."""
+    from fastdispatch.tracing.findings import MIN_EAGER_SHARE
+
+    traced = report["wall_seconds"] - report["split"]["start_up"]
+    found = [f for f in report["findings"] if f["kind"] == "eager_ops"]
+    assert all(f["seconds"] >= MIN_EAGER_SHARE * traced for f in found), found
+    (finding,) = [f for f in found if f["line"] == line]
+    return finding
 
 
 def only_finding(report, kind):
@@ -328,8 +341,7 @@ def test_eager_ops_after_a_gradient_through_relu(tmp_path):
             x = jnp.sin(x) * 0.5  # PLANTED
         """,
     )
-    finding = only_finding(report, "eager_ops")
-    assert finding["line"] == line and finding["count"] == 300
+    assert eager_finding_at(report, line)["count"] == 300
 
 
 def test_eager_ops_in_a_loop(tmp_path):
@@ -343,10 +355,113 @@ def test_eager_ops_in_a_loop(tmp_path):
             x = jnp.sin(x) * 0.5  # PLANTED
         """,
     )
-    finding = only_finding(report, "eager_ops")
-    assert finding["line"] == line and finding["count"] == 300
+    finding = eager_finding_at(report, line)
+    assert finding["count"] == 300 and "outside jit here" in finding["message"]
     assert report["split"]["eager_ops"] > 0
     assert "eager jax ops outside jit" in stderr
+
+
+# One call of the program's that runs eager ops inside a library or a model,
+# with the expected words of its finding: linen's init (flax's wrapper calls
+# the Module's __call__), an nnx model called outside jit, an equinox one, and
+# jax.tree.map calling the program's function.
+LIBRARY_CALLS = {
+    "linen": (
+        """\
+        import jax
+        import jax.numpy as jnp
+        import flax.linen as nn
+
+
+        class MLP(nn.Module):
+            @nn.compact
+            def __call__(self, x):
+                x = nn.relu(nn.Dense(16)(x))
+                return nn.Dense(4)(x)
+
+
+        params = MLP().init(jax.random.key(0), jnp.ones([1, 8]))  # PLANTED
+        """,
+        "inside flax's Module.init here",
+    ),
+    "nnx": (
+        """\
+        import jax.numpy as jnp
+        import numpy as np
+        from flax import nnx
+
+
+        class MLP(nnx.Module):
+            def __init__(self, rngs):
+                self.l1 = nnx.Linear(8, 16, rngs=rngs)
+                self.l2 = nnx.Linear(16, 4, rngs=rngs)
+
+            def __call__(self, x):
+                return self.l2(nnx.relu(self.l1(x)))
+
+
+        model = MLP(nnx.Rngs(0))
+        x = jnp.asarray(np.ones((2, 8), np.float32))
+        for _ in range(40):
+            y = model(x)  # PLANTED
+        """,
+        "inside MLP.__call__ here",
+    ),
+    "equinox": (
+        """\
+        import equinox as eqx
+        import jax
+        import jax.numpy as jnp
+        import numpy as np
+
+        model = eqx.nn.MLP(8, 4, 16, 2, key=jax.random.key(0))
+        x = jnp.asarray(np.ones(8, np.float32))
+        for _ in range(40):
+            y = model(x)  # PLANTED
+        """,
+        "outside jit here",  # equinox's own model: its ops run inside the library, called at the line
+    ),
+    "jax": (
+        """\
+        import jax
+        import jax.numpy as jnp
+        import numpy as np
+
+
+        def scaled(leaf):
+            return jnp.tanh(leaf) * 2.0 + 1.0
+
+
+        tree = {f"w{i}": jnp.asarray(np.full(3, i, np.float32)) for i in range(20)}
+        for _ in range(10):
+            tree = jax.tree.map(scaled, tree)  # PLANTED
+        """,
+        "inside jax's map here",
+    ),
+}
+
+
+@pytest.mark.parametrize(
+    "library",
+    [
+        pytest.param("linen", marks=needs_flax),
+        pytest.param("nnx", marks=needs_flax),
+        pytest.param("equinox", marks=needs_equinox),
+        "jax",
+    ],
+)
+def test_eager_ops_are_one_finding_at_the_call_that_made_them(tmp_path, library):
+    source, words = LIBRARY_CALLS[library]
+    report, stderr, line = run_traced(tmp_path, source)
+    finding = eager_finding_at(report, line)
+    assert words in finding["message"], finding
+    # Every op the call ran is counted there, none at the lines it ran inside.
+    (site,) = [row for row in report["eager_sites"] if row["line"] == line]
+    inner = [row for row in report["eager_sites"] if row["line"] >= line or row["inside"]]
+    assert inner == [site] and finding["count"] == site["count"] > 1
+    # Its compile apart (each op's first shape), advice to match.
+    assert 0 < site["compile_seconds"] <= site["seconds"] and "compiling them" in finding["message"]
+    assert max(len(text) for text in stderr.splitlines()) <= 160
 
 
 def test_clean_training_loop_has_no_findings(tmp_path):
@@ -355,6 +470,7 @@ def test_clean_training_loop_has_no_findings(tmp_path):
         """\
         import jax
         import jax.numpy as jnp
+        import numpy as np
 
 
         @jax.jit
@@ -363,11 +479,12 @@ def test_clean_training_loop_has_no_findings(tmp_path):
             return jax.tree_util.tree_map(lambda p, g: p - 0.01 * g, params, grads)
 
 
-        params = {"w": jnp.ones((4, 2)), "b": jnp.zeros(2)}
-        x = jnp.ones((8, 4))
+        # The data made with numpy and put on the device: no eager op compiles.
+        params = jax.device_put({"w": np.ones((4, 2), np.float32), "b": np.zeros(2, np.float32)})
+        x = jax.device_put(np.ones((8, 4), np.float32))
         for _ in range(200):
             params = train_step(params, x)
-        print(float(params["b"][0]))
+        print(np.asarray(params["b"])[0])  # read on the host: no eager op
         """,
     )
     assert report["findings"] == []

@@ -105,7 +105,7 @@ def test_eager_ops_are_counted_at_the_line_once_each(tally):
     x = jnp.ones(4)
     for _ in range(50):
         x = jnp.sin(x) * 0.5  # two dispatches: sin, then the Array's multiply
-    count, ns = only_site(tally.eager, "jnp.sin(x) * 0.5")
+    count, ns, _ = only_site(tally.eager, "jnp.sin(x) * 0.5")
     assert count == 100 and ns > 0
     y = lax.add(x, x)  # a primitive, jitted by jax once: one dispatch, not two
     assert only_site(tally.eager, "lax.add(x, x)")[0] == 1
@@ -196,7 +196,7 @@ class Stack:
 
 def test_eager_ops_in_constructors_are_counted_where_the_model_is_built(tally):
     Stack(jax.random.key(0))  # the model built here
-    count, _ = only_site(tally.eager, "Stack(jax.random.key(0))")
+    count, _, _ = only_site(tally.eager, "Stack(jax.random.key(0))")
     assert count >= 4 * 2 + 1  # each layer's two (or more), the split
     (site,) = [site for site in tally.eager if "Stack(jax.random.key(0))" in linecache.getline(*site)]
     assert tally.built[site] == "Stack"
@@ -206,6 +206,38 @@ def test_eager_ops_in_constructors_are_counted_where_the_model_is_built(tally):
         x = jnp.sin(x)  # outside any constructor: its own line, no class
     (loop,) = [site for site in tally.eager if "x = jnp.sin(x)" in linecache.getline(*site)]
     assert loop not in tally.built
+
+
+def _scaled(leaf):
+    return jnp.tanh(leaf) * 2.0 + 1.0  # three ops a leaf, called back by jax.tree.map
+
+
+def test_eager_ops_in_code_a_jax_library_calls_back_are_counted_at_the_call(tally):
+    # jax.tree.map runs the program's function on each leaf: one call of the
+    # program's, at the line that made it, named by the library function.
+    tree = {f"w{i}": jnp.full((3,), float(i)) for i in range(5)}
+    jax.tree.map(_scaled, tree)  # the call
+    (call,) = [site for site in tally.eager if "jax.tree.map(_scaled, tree)" in linecache.getline(*site)]
+    assert tally.eager[call][0] == 5 * 3 and tally.called[call] == "jax's map"  # jax.tree.map
+    assert [site for site in tally.eager if "three ops a leaf" in linecache.getline(*site)] == []
+    # The program's own functions calling each other are no library's call.
+    x = jnp.ones(2)
+    for _ in range(2):
+        x = _sin_twice(x)
+    (helper,) = [site for site in tally.eager if "return jnp.sin(jnp.sin(v))" in linecache.getline(*site)]
+    assert tally.eager[helper][0] == 4 and helper not in tally.called
+
+
+def _sin_twice(v):
+    return jnp.sin(jnp.sin(v))
+
+
+def test_an_eager_op_s_first_compile_is_kept_apart(tally):
+    x = jnp.arange(7.0)
+    for _ in range(3):
+        x = jnp.cosh(x) * 0.1  # its first shape compiles, then the fast path
+    count, ns, compile_ns = only_site(tally.eager, "x = jnp.cosh(x) * 0.1")
+    assert count == 6 and 0 < compile_ns <= ns
 
 
 def test_compiles_for_the_warm_start_store_are_not_the_program_s(tally):
