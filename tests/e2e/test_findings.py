@@ -11,7 +11,6 @@ import sys
 import textwrap
 
 import pytest
-
 from frontends import needs_equinox, needs_flax
 
 
