@@ -39,8 +39,12 @@ Private names used, all read here only:
   JitWrapped._jit_info                    jax.jit's resolved static/donated arguments
   jax.stages.Compiled._executable         the pxla.MeshExecutable behind a Compiled
   MeshExecutable.xla_executable           jaxlib LoadedExecutable (execute_sharded)
-  MeshExecutable._unloaded_executable.device_list
-                                          its device assignment, every process's (warm start)
+  MeshExecutable._unloaded_executable.device_list, .committed
+                                          its device assignment, every process's (warm start);
+                                          whether its outputs are committed
+  ResultsHandler.out_avals, .out_shardings, pxla.global_result_handlers,
+  jax._src.core.physical_aval             a typed key output made as jax.jit's C++ path
+                                          makes it (the key's sharding on its physical array)
   MeshExecutable.unsafe_call              pxla.ExecuteReplicated: out_handler.handlers,
                                           kept_var_idx, ordered_effects,
                                           has_unordered_effects, has_host_callbacks, mut,
@@ -453,6 +457,8 @@ class ExecutableParts(NamedTuple):
 
 _MESH_EXECUTABLE = _need("jax._src.interpreters.pxla", "MeshExecutable")
 _EXECUTE_REPLICATED = _need("jax._src.interpreters.pxla", "ExecuteReplicated")
+_RESULT_HANDLERS = _need("jax._src.interpreters.pxla", "global_result_handlers")
+_physical_aval = _need("jax._src.core", "physical_aval")
 _needs_check_special = _need("jax._src.dispatch", "needs_check_special")
 
 
@@ -509,6 +515,11 @@ def executable_parts(compiled) -> ExecutableParts:
     handlers = list(call.out_handler.handlers)
     if len(handlers) != compiled.out_tree.num_leaves:
         raise MustHandOff(_reasons.OUTPUTS_FLATTEN_DIFFERENTLY)
+    unloaded = executable._unloaded_executable
+    committed = True if unloaded is None else unloaded.committed
+    for i, (aval, sharding) in enumerate(zip(call.out_handler.out_avals, call.out_handler.out_shardings)):
+        if isinstance(getattr(aval, "dtype", None), _KEY_TY):
+            handlers[i] = _key_result_handler(aval, sharding, committed)
     # _in_shardings and in_avals list the kept inputs only, in order.
     return ExecutableParts(
         call.xla_executable.execute_sharded,
@@ -523,6 +534,16 @@ def executable_parts(compiled) -> ExecutableParts:
         call.keepalive,
         bool(ordered or call.has_unordered_effects or call.has_host_callbacks),
     )
+
+
+def _key_result_handler(aval, sharding, committed):
+    """A typed PRNG key output as jax.jit's C++ fast path makes it from its
+    second call on: the physical array with the key's own sharding (its
+    trailing key dimension unnamed: ``P(None, 'y', 'x')``), where the Python
+    path's handler names it (``P(None, 'y', 'x', None)``); the same placement."""
+    physical = _RESULT_HANDLERS[type(_physical_aval(aval))](_physical_aval(aval), sharding, committed)
+    impl = aval.dtype._impl
+    return physical.wrap(lambda array: KEY_ARRAY_TYPE(impl, array))
 
 
 def traced_parts(traced) -> tuple:

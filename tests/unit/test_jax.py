@@ -140,6 +140,22 @@ def test_executable_parts_run_the_executable():
     np.testing.assert_array_equal(result["sum"], np.array([2.0, 3.0, 4.0]))
 
 
+def test_executable_parts_make_a_typed_key_output_as_jax_jit_s_fast_path():
+    # The executable's output avals and shardings, and whether its outputs are
+    # committed, are read for a key output (its handler is remade).
+    key = jax.random.key(0)
+    compiled = compiled_for(lambda k: jax.random.split(k, 4), key)
+    executable = compiled._executable
+    call = executable.unsafe_call
+    assert len(call.out_handler.out_avals) == len(call.out_handler.out_shardings) == 1
+    assert isinstance(executable._unloaded_executable.committed, bool)
+    parts = _jax.executable_parts(compiled)
+    (keys,) = _jax.consume_with_handlers(parts.execute([jax.random.key_data(key)]), parts.out_handlers)
+    expected = jax.jit(lambda k: jax.random.split(k, 4))(key)
+    assert keys.dtype == expected.dtype and keys.sharding == expected.sharding
+    np.testing.assert_array_equal(jax.random.key_data(keys), jax.random.key_data(expected))
+
+
 def test_compiled_memory_bytes_counts_arguments_and_outputs():
     small = _jax.executable_parts(compiled_for(lambda a: a * 2, jnp.ones(4)))
     large = _jax.executable_parts(compiled_for(lambda a: a * 2, jnp.ones(4096)))

@@ -116,3 +116,38 @@ def check_effects_and_host_data_on_several_devices():
 
 def test_effects_and_host_data_on_several_devices():
     run_in_subprocess(check_effects_and_host_data_on_several_devices, n_devices=8)
+
+
+def check_a_typed_key_output_is_placed_as_jax_jit_places_it():
+    import jax
+    import numpy as np
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    import fastdispatch
+
+    # As jax's pjit_test.py::test_partial_sharded_prng_key_inp: from its second
+    # call, jax.jit gives the key's physical array the key's own sharding.
+    mesh = jax.sharding.Mesh(np.array(jax.devices()).reshape(2, 2, 2), ("x", "y", "z"))
+    seeds = jax.device_put(
+        np.arange(32, dtype=np.uint32).reshape(8, 2, 2), NamedSharding(mesh, P("x", "y", None))
+    )
+
+    def make_keys(seeds):
+        key = jax.vmap(jax.vmap(jax.vmap(lambda s: jax.random.key(s, impl="threefry2x32"))))
+        return key(seeds).T
+
+    results = {}
+    for name, jit in (("jax", jax.jit), ("fd", fastdispatch.jit)):
+        f = jit(lambda seeds: make_keys(seeds))  # a function of its own: jax's caches apart
+        results[name] = [f(seeds) for _ in range(3)]
+    for theirs, ours in zip(results["jax"], results["fd"]):
+        assert ours.sharding == theirs.sharding == NamedSharding(mesh, P(None, "y", "x"))
+        data = jax.random.key_data(ours)
+        assert data.sharding == jax.random.key_data(theirs).sharding, (data.sharding, theirs)
+        np.testing.assert_array_equal(data, jax.random.key_data(theirs))
+    assert jax.random.key_data(results["fd"][-1]).sharding == NamedSharding(mesh, P(None, "y", "x"))
+
+
+def test_a_typed_key_output_is_placed_as_jax_jit_places_it():
+    run_in_subprocess(check_a_typed_key_output_is_placed_as_jax_jit_places_it, n_devices=8)
