@@ -48,6 +48,7 @@ cdef class Inputs:
 # whose leaf has the same bytes reuses the array instead of a transfer.
 @cython.final
 cdef class HostKept:
+    # Written as a pair, under the GIL: buffer is copy's device array, or None.
     cdef object copy                   # a private copy of the bytes last seen (np.ndarray), or None
     cdef object buffer                 # the device array of those bytes, or None (not put yet)
     cdef Py_ssize_t misses             # calls whose bytes differed (copies are rarer then)

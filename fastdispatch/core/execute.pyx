@@ -354,15 +354,19 @@ cdef class Inputs:
             return _put_host(spec, value)
         cdef int same = _same_bytes(kept, value)
         if same == 1:
-            if kept.buffer is not None and not kept.buffer.is_deleted():
-                return kept.buffer
+            buffer = kept.buffer   # read with the comparison, the GIL held: the pair is one
+            if buffer is not None and not buffer.is_deleted():
+                return buffer
         elif same == 0:
             if not _missed(kept, value):
                 return _put_host(spec, value)
         else:
             return _put_host(spec, value)   # not contiguous: never compared
-        kept.buffer = _put_host(spec, kept.copy)
-        return kept.buffer
+        copy = kept.copy
+        buffer = _put_host(spec, copy)   # the transfer lets other threads run
+        if buffer is not None and kept.copy is copy:
+            kept.buffer = buffer   # still the bytes it holds: kept for the next call
+        return buffer
 
 
 cdef bint _missed(HostKept kept, object value) except -1:
