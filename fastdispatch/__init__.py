@@ -17,6 +17,7 @@ __all__ = [
     "assert_max_compiles",
     "default_cache",
     "device_put",
+    "eval_shape",
     "filter_jit",
     "get_enable_x64",
     "global_state",
@@ -51,6 +52,7 @@ if UNSUPPORTED is None:
     from fastdispatch.jax_jit.arg_signature import ArgSignature, arg_signature_of_value, is_float0
     from fastdispatch.jax_jit.function import CompiledFunction, jit
     from fastdispatch.jax_jit.post_hook import set_post_hook
+    from fastdispatch.jax_jit.shapes import eval_shape
     from fastdispatch.jax_jit.state import (
         JitState,
         get_enable_x64,

@@ -176,8 +176,10 @@ def check_script(path):
 
 
 def patch_jax():
-    """Route jax.jit through fastdispatch.jit, and the front ends' libraries'
-    jits through theirs once the program imports them.  The same objects with
+    """Route jax.jit through fastdispatch.jit (and jax.eval_shape, which traces
+    jax's own jit functions in their own trace cache, through fastdispatch's,
+    which does the same for ours), and the front ends' libraries' jits through
+    theirs once the program imports them.  The same objects with
     and without --trace: a trace learns from the dispatcher where each compiled
     function was made."""
     import jax
@@ -185,6 +187,7 @@ def patch_jax():
     import fastdispatch
 
     jax.jit = fastdispatch.jit
+    jax.eval_shape = fastdispatch.eval_shape
     when_imported("equinox", patch_equinox)
     when_imported("flax.nnx", patch_nnx)
 

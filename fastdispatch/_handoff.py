@@ -3,7 +3,7 @@
 Decided once, at import: ``fastdispatch/__init__.py`` takes its names from here
 instead of the Cython core, which is never imported, so the hot path of a
 supported jax asks nothing.  The front ends are the libraries' own functions;
-``device_put`` is jax.device_put (its results are by contract the same);
+``device_put`` and ``eval_shape`` are jax's (their results are by contract the same);
 warm start is off (``warm_start`` stores nothing, ``warm_start_stats()`` is
 None, as when it was never started).  Everything else measures or configures
 fastdispatch's own dispatcher, which is not running: it raises
@@ -22,6 +22,7 @@ from fastdispatch._jax import UNSUPPORTED, UnsupportedJaxError
 
 jit = jax.jit
 device_put = jax.device_put
+eval_shape = jax.eval_shape
 
 
 def warm_start(directory, **options):
@@ -50,7 +51,7 @@ def names(public) -> dict:
     its two front-end modules: the libraries' own functions where they have
     one, else a function that raises UnsupportedJaxError."""
     found = {name: _unavailable(name) for name in public if name not in _NOT_STOOD_IN}
-    found.update(jit=jit, device_put=device_put, warm_start=warm_start, warm_start_stats=warm_start_stats)
+    found.update(jit=jit, device_put=device_put, eval_shape=eval_shape, warm_start=warm_start, warm_start_stats=warm_start_stats)
     found.update(_front_ends())
     return found
 

@@ -47,7 +47,7 @@ stock_jit = jax.jit
 import fastdispatch
 from fastdispatch import UnsupportedJaxError, UnsupportedJaxWarning
 assert fastdispatch.jit is stock_jit, fastdispatch.jit
-assert fastdispatch.device_put is jax.device_put
+assert fastdispatch.device_put is jax.device_put and fastdispatch.eval_shape is jax.eval_shape
 f = fastdispatch.jit(lambda x: x * 2 + 1)
 stock = stock_jit(lambda x: x * 2 + 1)
 assert f(jnp.arange(4)).tolist() == stock(jnp.arange(4)).tolist()
