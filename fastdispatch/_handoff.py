@@ -51,7 +51,8 @@ def names(public) -> dict:
     its two front-end modules: the libraries' own functions where they have
     one, else a function that raises UnsupportedJaxError."""
     found = {name: _unavailable(name) for name in public if name not in _NOT_STOOD_IN}
-    found.update(jit=jit, device_put=device_put, eval_shape=eval_shape, warm_start=warm_start, warm_start_stats=warm_start_stats)
+    found.update(jit=jit, device_put=device_put, eval_shape=eval_shape)
+    found.update(warm_start=warm_start, warm_start_stats=warm_start_stats)
     found.update(_front_ends())
     return found
 

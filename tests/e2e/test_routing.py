@@ -52,7 +52,7 @@ PROGRAM = """\
 
     linear = eqx.nn.Linear(2, 2, key=jax.random.key(0))
     check("nothing preloaded", not preloaded)
-    check("routed", J is jax.jit and jax.jit is fastdispatch.jit and jax.eval_shape is fastdispatch.eval_shape)
+    check("routed", J is jax.jit is fastdispatch.jit and jax.eval_shape is fastdispatch.eval_shape)
     wrapper = type(jax.jit(lambda x: x))
     callables = [scale, Unhashable(), linear, linear.__call__, functools.partial(scale, factor=3.0),
                  jnp.sin, operator.add, jax.custom_jvp(scale), jax.jit(scale)]
