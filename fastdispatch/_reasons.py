@@ -21,6 +21,14 @@ STATIC_ARGUMENT_ERROR = sys.intern("static_argument_error")
 ARGUMENT_BINDING = sys.intern("argument_binding")
 COMPILE_ERROR = sys.intern("compile_error")
 
+# Hand-offs after which no executable of the function runs: a trace stages
+# the call, jit is off, or the library raises.  After any other, --trace
+# counts the call's device time as a hit's.
+NOT_RUN = frozenset(
+    {TRACER, DISABLE_JIT, NO_TRACING, NO_EXECUTION, UNSUPPORTED_LEAF, STATIC_ARGUMENT_ERROR}
+    | {ARGUMENT_BINDING, COMPILE_ERROR}
+)
+
 # Host data the library converts faster than the fast path would.
 HOST_DATA = sys.intern("numpy arguments")
 NEW_SCALAR = sys.intern("new scalar value")

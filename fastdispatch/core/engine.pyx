@@ -43,7 +43,7 @@ from fastdispatch.core.signature cimport (
     CallSignature, LeafKind, LEAF_HOST, LEAF_OTHER, LEAF_TRACER, UNHASHABLE_STATIC, make_signature)
 from fastdispatch.core.watch cimport (
     AT_FLATTENED, AT_FOUND, AT_KEYED, WATCH_CLOCK, CallTimes, Watchers, end_watch, ended, reached,
-    sample_device, start_watch, watchers)
+    sample_device, sample_handed_off, start_watch, watchers)
 
 from contextlib import nullcontext
 
@@ -112,6 +112,7 @@ def post_hooks_set(bint on):
 cdef bint _special_checks_maybe_on = False
 cdef object _needs_special_checks = _jax.needs_special_checks
 cdef str _TRACER = _reasons.TRACER
+cdef frozenset NOT_RUN = _reasons.NOT_RUN
 cdef str _DEBUG_NANS = _reasons.DEBUG_NANS
 
 
@@ -248,6 +249,8 @@ cdef class Engine:
                 finally:
                     # Recorded also when the library raises: the report counts the hand-off.
                     ended(call.function, &times, False, 0, reason, _reported_signature(&found))
+                if reason not in NOT_RUN:   # its executable ran: its device time, as a hit's
+                    sample_handed_off(call.function, &times, out)
         finally:
             _release(&found)
             if span is not None:

@@ -82,9 +82,11 @@ cdef inline int ended(PyObject* function, CallTimes* times, bint hit, long long 
 cdef int stamp_end(PyObject* function, CallTimes* times, bint hit, long long compile_ns,
                    str reason, CallSignature signature) except -1
 
-# A launch --trace watched returned `outputs`: a sample of them is waited for
-# (the device's time).
+# A launch --trace watched returned `outputs`: kept among the latest (whose
+# outputs a host sync reads), and a sample of them waited for (the device's time).
 cdef int sample_device(PyObject* function, CallTimes* times, object outputs) except -1
+# The same for a call handed off, which the library ran and returned `out`.
+cdef int sample_handed_off(PyObject* function, CallTimes* times, object out) except -1
 
 # The trace sink while tracing is on, else None.
 cdef object trace_sink()

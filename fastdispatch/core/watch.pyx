@@ -37,6 +37,31 @@ def set_trace_sink(sink):
     it; None stops it."""
     _watchers.sink = sink
     _watchers.device_time = getattr(sink, "device_time", None)
+    _recent[:] = [None] * RECENT_CALLS
+
+
+# --trace charges a host sync to the function whose output it reads: the
+# outputs of the latest RECENT_CALLS calls watched on the fast path are kept,
+# whole (a reference each: a weak reference a leaf would cost more than the
+# call), so that at most these few outputs outlive the program's own use; the
+# function by its id (the trace keeps no dropped function alive).
+cdef enum:
+    RECENT_CALLS = 4
+cdef list _recent = [None] * RECENT_CALLS
+cdef Py_ssize_t _recent_next = 0
+
+
+def output_owner(array):
+    """The id of the compiled function that returned ``array`` in one of the
+    latest calls --trace watched on the fast path, or None."""
+    cdef Py_ssize_t i
+    for i in range(1, RECENT_CALLS + 1):
+        call = _recent[(_recent_next - i + RECENT_CALLS) % RECENT_CALLS]
+        if call is not None:
+            for output in (<tuple>call)[1]:
+                if output is array:
+                    return (<tuple>call)[0]
+    return None
 
 
 cdef object trace_sink():
@@ -113,12 +138,35 @@ cdef unsigned long long _watched_launches = 0
 
 
 cdef int sample_device(PyObject* function, CallTimes* times, object outputs) except -1:
-    global _watched_launches
+    global _watched_launches, _recent_next
+    _recent[_recent_next] = (<Py_ssize_t>function, outputs)
+    _recent_next = (_recent_next + 1) % RECENT_CALLS
     cdef unsigned long long index = _watched_launches % DEVICE_EVERY
     _watched_launches += 1
     device_time = _watchers.device_time
     if index < DEVICE_BURST and device_time is not None:
         device_time(<object>function, index, times.start, times.launched, outputs)
+    return 0
+
+
+cdef object _ARRAY = _jax.ARRAY_TYPE
+
+
+cdef int sample_handed_off(PyObject* function, CallTimes* times, object out) except -1:
+    """``sample_device`` for a call the library ran: its arrays at the top of
+    ``out`` (an array, or a tuple, list or dict of them: no flatten), from
+    when the library's call returned."""
+    if type(out) is _ARRAY:
+        arrays = (out,)
+    else:
+        if type(out) is dict:
+            out = (<dict>out).values()
+        elif type(out) is not tuple and type(out) is not list:
+            return 0
+        arrays = [leaf for leaf in out if type(leaf) is _ARRAY]
+    if arrays:
+        times.launched = times.end
+        sample_device(function, times, arrays)
     return 0
 
 

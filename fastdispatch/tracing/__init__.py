@@ -85,7 +85,7 @@ def start(max_events=100_000, watch_host=False):
         from fastdispatch.tracing import hooks
         from fastdispatch.tracing.sampler import Sampler
 
-        t.tally = hooks.Tally()
+        t.tally = hooks.Tally(t._key_of_id)
         hooks.install(t.tally)
         if os.environ.get(LINES_VARIABLE, "") != "0":
             t.sampler = Sampler().start()

@@ -76,11 +76,12 @@ def summary(trace) -> dict:
     traced_ns = wall_ns - trace.start_up_ns
     findings = _function_findings(functions, trace._cwd, label) + _site_findings(trace, traced_ns)
     findings.sort(key=lambda f: -f.seconds)
+    syncs = sync_by_function(trace.tally)
     return {
         "title": trace_title(process_of_program()),
         "wall_seconds": wall_ns / 1e9,
         "split": wall_split(functions, wall_ns, trace.tally, trace.start_up_ns),
-        "functions": [s.as_dict(wall_ns) for s in functions],
+        "functions": [_with_syncs(s.as_dict(wall_ns), syncs.get((s.name, s.location))) for s in functions],
         "executables": executables(trace, functions, label),
         "findings": [f.as_dict() for f in findings],
         # the wall time by the program's line, from the sampled main thread
@@ -89,6 +90,12 @@ def summary(trace) -> dict:
         "eager_sites": _eager_sites(trace),
         "transfer_sites": _transfer_sites(trace),
     }
+
+
+def _with_syncs(function, syncs):
+    """A function's row with the host syncs that read its outputs."""
+    count, ns = syncs or (0, 0)
+    return {**function, "host_syncs": count, "host_sync_seconds": ns / 1e9}
 
 
 def _eager_sites(trace) -> list:
@@ -161,7 +168,7 @@ def _jax_cache_on() -> bool:
 
 
 def _device_work(functions):
-    return sum(s.device_ns / s.device_calls * s.fast_calls for s in functions if s.device_calls) / 1e9
+    return sum(s.device_seconds() or 0.0 for s in functions)
 
 
 def executables(trace, functions, label) -> list:
@@ -242,20 +249,22 @@ def _site_findings(trace, wall_ns) -> list:
     """host_transfer, host_sync and eager_ops: one finding per call site
     past its kind's thresholds."""
     candidates = [
-        ("host_transfer", MIN_HOST_TRANSFERS, site, calls, ns, _transfer_message(calls, size, handed_off))
+        ("host_transfer", MIN_HOST_TRANSFERS, site, calls, ns, _transfer_message(calls, size, handed_off), "")
         for site, (calls, size, ns, handed_off) in trace._transfers.items()
     ]
     tally = trace.tally
     if tally is not None:
         by_site = {}
         for (site, how), (count, ns) in tally.syncs.items():
-            entry = by_site.setdefault(site, [0, 0, []])
+            entry = by_site.setdefault(site, [0, 0, [], {}])
             entry[0] += count
             entry[1] += ns
             entry[2].append(how)
+            for key, (_, owner_ns) in tally.sync_owners.get((site, how), {}).items():
+                entry[3][key] = entry[3].get(key, 0) + owner_ns
         candidates += [
-            ("host_sync", MIN_HOST_SYNCS, site, count, ns, _sync_message(count, hows))
-            for site, (count, ns, hows) in by_site.items()
+            ("host_sync", MIN_HOST_SYNCS, site, count, ns, _sync_message(count, hows), _owner(trace, owners))
+            for site, (count, ns, hows, owners) in by_site.items()
             if ns >= MIN_WALL_SHARE * wall_ns
         ]
         candidates += [
@@ -266,15 +275,35 @@ def _site_findings(trace, wall_ns) -> list:
                 count,
                 ns,
                 _eager_message(count, ns, compile_ns, tally.built.get(site), tally.called.get(site)),
+                "",
             )
             for site, (count, ns, compile_ns) in tally.eager.items()
             if ns >= MIN_EAGER_SHARE * wall_ns
         ]
     return [
-        _finding(kind, site, count, ns, message, trace._cwd)
-        for kind, least, site, count, ns, message in candidates
+        _finding(kind, site, count, ns, message, trace._cwd, function)
+        for kind, least, site, count, ns, message, function in candidates
         if site is not None and count >= least
     ]
+
+
+def _owner(trace, owners):
+    """The compiled function whose outputs most of a site's syncs waited for
+    (``owners``: function key -> ns), as findings name it; "" if none is known."""
+    if not owners:
+        return ""
+    return label(trace._functions[max(owners, key=owners.get)])
+
+
+def sync_by_function(tally) -> dict:
+    """Function key -> [syncs, ns]: the host syncs that read its outputs."""
+    totals = {}
+    for owners in tally.sync_owners.values() if tally is not None else ():
+        for key, (count, ns) in owners.items():
+            entry = totals.setdefault(key, [0, 0])
+            entry[0] += count
+            entry[1] += ns
+    return totals
 
 
 def _transfer_message(calls, total_bytes, handed_off):

@@ -50,6 +50,7 @@ import time
 import jax
 
 from fastdispatch import _jax
+from fastdispatch.core.watch import output_owner
 from fastdispatch.tracing.sites import library_code, user_frame
 
 __all__ = ["Tally", "install", "uninstall"]
@@ -77,8 +78,12 @@ _DEVICE_GET = jax.device_get.__code__  # its reads are the program's, as "jax.de
 class Tally:
     """What the hooks saw while one trace ran."""
 
-    def __init__(self):
+    def __init__(self, key_of=None):
         self.syncs = {}  # (site, how) -> [count, ns]
+        # (site, how) -> function key -> [count, ns]: the syncs that read a
+        # compiled function's output, by that function (``key_of(its id)``)
+        self.sync_owners = {}
+        self.key_of = key_of
         self.eager = {}  # site -> [count, ns, compile ns]
         self.built = {}  # site of eager ops in constructors -> the class it builds
         self.called = {}  # site of eager ops a library's call ran -> that library function
@@ -103,6 +108,11 @@ class Tally:
             entry[1] += ns
             entry[2] += compile_ns
 
+    def add_sync_owner(self, key, function_id, ns):
+        function_key = self.key_of(function_id)
+        if function_key is not None:
+            self.add(self.sync_owners.setdefault(key, {}), function_key, ns)
+
     def sync_seconds(self):
         return sum(ns for _, ns in self.syncs.values()) / 1e9
 
@@ -123,17 +133,20 @@ def _busy():
     return getattr(_local, "busy", False)
 
 
-def _count(table, key, frame, ns, end, compile_ns=0):
-    """One event of ``ns`` ending at ``end``, at ``frame``'s current line."""
+def _count(table, key, frame, ns, end, compile_ns=0, owner=None):
+    """One event of ``ns`` ending at ``end``, at ``frame``'s current line
+    (a sync: of an output of the compiled function of id ``owner``, where known)."""
     _local.last = (id(frame), frame.f_lineno, frame.f_lasti, end)
     for tally in _tallies:
         if table == "eager":
             tally.add_op(key, ns, compile_ns)
         else:
             tally.add(getattr(tally, table), key, ns)
+            if owner is not None and tally.key_of is not None:
+                tally.add_sync_owner(key, owner, ns)
 
 
-def _timed(call, table, frame, how=None, site=None):
+def _timed(call, table, frame, how=None, site=None, owner=None):
     """``call()``, timed, as one event at ``frame``'s line (or ``site``),
     with the compile jax made inside it."""
     _local.busy = True
@@ -146,7 +159,7 @@ def _timed(call, table, frame, how=None, site=None):
         _local.busy = False
         site = site or (frame.f_code.co_filename, frame.f_lineno)
         key = site if how is None else (site, how)
-        _count(table, key, frame, end - began, end, _local.compile_ns)
+        _count(table, key, frame, end - began, end, _local.compile_ns, owner)
 
 
 _COMPREHENSIONS = ("<listcomp>", "<dictcomp>", "<setcomp>", "<genexpr>")
@@ -290,7 +303,8 @@ def _sync_hook(original, how):
         frame, through = _reader(sys._getframe(1))
         if frame is None:
             return original(*args, **kwargs)
-        return _timed(lambda: original(*args, **kwargs), "syncs", frame, through or how)
+        owner = output_owner(args[0]) if args else None
+        return _timed(lambda: original(*args, **kwargs), "syncs", frame, through or how, owner=owner)
 
     for name in ("__name__", "__qualname__", "__doc__"):
         value = getattr(original, name, None)

@@ -25,6 +25,7 @@ from _thread import get_ident
 
 import numpy as np
 
+from fastdispatch import _reasons
 from fastdispatch._jax import process_of_program
 from fastdispatch.tracing.explain import closest_change, describe
 from fastdispatch.tracing.names import PHASES, label
@@ -135,6 +136,7 @@ class FunctionStats:
         self.period = _Histogram()  # ns between the starts of its calls (after no waited call)
         self.device_ns = 0  # launch returned to outputs ready, run alone, over the waited calls
         self.device_calls = 0
+        self.ran_handed_off = 0  # calls handed off whose executable ran (not _reasons.NOT_RUN)
 
     def add_periods(self, periods):
         self.period.add_array(periods)
@@ -144,12 +146,13 @@ class FunctionStats:
         self.device_calls += 1
 
     def device_seconds(self, wall_ns=None):
-        """The device's time of the calls run on the fast path, estimated from
-        the calls waited for (their mean time alone past the launch, times the
-        calls), at most the wall time; None when no call was waited for."""
+        """The device's time of the calls that ran an executable (on the fast
+        path, or handed off), estimated from the calls waited for (their mean
+        time alone past the launch, times the calls), at most the wall time;
+        None when no call was waited for."""
         if not self.device_calls:
             return None
-        seconds = self.device_ns / self.device_calls * self.fast_calls / 1e9
+        seconds = self.device_ns / self.device_calls * (self.fast_calls + self.ran_handed_off) / 1e9
         return min(seconds, wall_ns / 1e9) if wall_ns else seconds
 
     def device(self):
@@ -334,6 +337,7 @@ class Trace:
                 stats = self._functions[key]
                 if hand_off is not None:
                     stats.hand_offs[hand_off] += 1
+                    stats.ran_handed_off += hand_off not in _reasons.NOT_RUN
                 if one_compile_ns or (not one_hit and hand_off is None):
                     arg_names, serial, made = about
                     if signature is not None:
@@ -387,6 +391,12 @@ class Trace:
             ref = lambda: fn  # not weakly referenceable: hold it
         self._keys[fn_id] = (key, ref, next(self._serials))
         return key
+
+    def _key_of_id(self, fn_id):
+        """The (name, location) of the live compiled function of id ``fn_id``
+        this trace has recorded, or None."""
+        entry = self._keys.get(fn_id)
+        return entry[0] if entry is not None and entry[1]() is not None else None
 
     def _serial_of(self, fn):
         """A number per wrapper object (a new jax.jit(f) gets a new one)."""

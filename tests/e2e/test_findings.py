@@ -228,6 +228,11 @@ def test_host_sync_every_step(tmp_path):
     assert "float()" in finding["message"]
     assert report["split"]["host_syncs"] > 0
     assert "blocked on host syncs" in stderr
+    # Charged to the function whose output each read waited for: all but the
+    # first (its compile's call returned through jax.jit).
+    (step,) = report["functions"]
+    assert finding["function"].startswith("step (") and step["host_syncs"] == 29
+    assert 0 < step["host_sync_seconds"] <= report["split"]["host_syncs"]
 
 
 def test_host_syncs_that_cost_next_to_nothing_are_no_finding(tmp_path):
@@ -580,9 +585,41 @@ def test_a_large_matmul_printing_its_loss_is_device_bound(tmp_path):
     assert device["verdict"] == "device-bound" and device["waited_calls"] >= 3  # one burst: 3 run alone
     (big,) = [f for f in report["functions"] if f["name"] == "big"]
     assert 0.5 * report["split"]["host_syncs"] < big["device_seconds"] <= report["wall_seconds"]
+    # The print waits for big's work: its syncs are big's.
+    assert big["host_syncs"] == 79 and only_finding(report, "host_sync")["function"].startswith("big (")
     assert "device s" in stderr
     assert report["split"]["device_work"] > 0.5 * report["split"]["host_syncs"]
     assert "device-bound" in stderr and "device work of compiled calls" in stderr
+
+
+def test_a_function_jax_jit_runs_still_gets_its_device_time_and_verdict(tmp_path):
+    # New numpy data every step: each call is handed to jax.jit, whose executable
+    # runs all the same; its outputs are waited for as a hit's are.
+    report, stderr, _ = run_traced(
+        tmp_path,
+        """\
+        import jax
+        import jax.numpy as jnp
+        import numpy as np
+
+
+        @jax.jit
+        def big(w, x):
+            return jnp.tanh(x @ w).sum()
+
+
+        w = jnp.ones((2048, 2048)) / 2048
+        rng = np.random.default_rng(0)
+        for step in range(40):
+            total = big(w, rng.standard_normal((64, 2048), np.float32))
+        print(float(total))
+        """,
+    )
+    (big,) = report["functions"]
+    assert big["hits"] == 0 and big["hand_offs"] == {"numpy arguments": 40}
+    assert big["device"]["waited_calls"] >= 3 and big["device"]["verdict"] in ("host-bound", "device-bound")
+    assert 0 < big["device_seconds"] <= report["wall_seconds"]
+    assert big["host_syncs"] == 1  # float(total) read its output
 
 
 def test_the_wall_is_the_process_s_from_its_start(tmp_path):

@@ -78,10 +78,26 @@ SUITES = {
         Suite(
             "jax",
             "jax-v{version}",
-            ("tests/lax_autodiff_test.py", "tests/api_test.py"),
-            # jax's own default, unless the environment sets it: each parameterized
-            # test samples this many cases, with a fixed seed (jax._src.test_util).
-            env={"JAX_NUM_GENERATED_CASES": "10"},
+            # lax_autodiff_test: jit in every gradient check; the others are the
+            # files that exercise jit itself: its shardings, layouts, memory kinds,
+            # typed PRNG keys, arrays and debugging callbacks.
+            (
+                "tests/lax_autodiff_test.py",
+                "tests/api_test.py",
+                "tests/pjit_test.py",
+                "tests/layout_test.py",
+                "tests/memories_test.py",
+                "tests/random_test.py",
+                "tests/array_test.py",
+                "tests/debugging_primitives_test.py",
+            ),
+            env={
+                # jax's own default, unless the environment sets it: each parameterized
+                # test samples this many cases, with a fixed seed (jax._src.test_util).
+                "JAX_NUM_GENERATED_CASES": "10",
+                # jax's CPU runs of its sharding tests: 8 devices (fewer skips them).
+                "JAX_NUM_CPU_DEVICES": "8",
+            },
         ),
         Suite(
             "flax",

@@ -73,3 +73,18 @@ def test_no_sink_no_record():
     f = fastdispatch.jit(lambda x: x / 2)
     f(jnp.ones(2))
     assert sink.records == [] and sink.samples == []
+
+
+def test_an_output_of_the_latest_calls_names_its_function(sink):
+    f = fastdispatch.jit(lambda x: (x * 2, x + 1))
+    g = fastdispatch.jit(lambda x: x - 1)
+    x = jnp.ones(2)
+    f(x)  # a miss: returned through jax.jit, not watched on the fast path
+    doubled, _ = f(x)
+    assert watch.output_owner(doubled) == id(f)
+    assert watch.output_owner(x) is None  # an input, not an output
+    for _ in range(5):  # the first a miss, then 4 latest calls: f's is pushed out
+        g(x)
+    assert watch.output_owner(doubled) is None
+    watch.set_trace_sink(None)
+    assert watch.output_owner(g(x)) is None  # unwatched: not kept
