@@ -141,6 +141,7 @@ cdef class Engine:
     cdef str memo_reason
     cdef unsigned int memo_repeats
     cdef CallSignature memo_signature      # the leaves it took, as --trace reports them
+    cdef unsigned long long watched_launches   # launches --trace watched (its device sampling)
 
     # The steps, in the order a call takes them (each returns why the library
     # runs the call, or None).

@@ -250,7 +250,7 @@ cdef class Engine:
                     # Recorded also when the library raises: the report counts the hand-off.
                     ended(call.function, &times, False, 0, reason, _reported_signature(&found))
                 if reason not in NOT_RUN:   # its executable ran: its device time, as a hit's
-                    sample_handed_off(call.function, &times, out)
+                    sample_handed_off(call.function, &times, out, &self.watched_launches)
         finally:
             _release(&found)
             if span is not None:
@@ -399,7 +399,7 @@ cdef class Engine:
         keep(&found.out, (<Outputs>finish).rebuild(outputs))
         ended(call.function, times, True, 0, None, entry.signature)
         if times.watch & WATCH_CLOCK:
-            sample_device(call.function, times, outputs)
+            sample_device(call.function, times, outputs, &self.watched_launches)
         return None
 
     cdef void remember_hand_off(self, object like, str reason, CallSignature signature):

@@ -84,9 +84,12 @@ cdef int stamp_end(PyObject* function, CallTimes* times, bint hit, long long com
 
 # A launch --trace watched returned `outputs`: kept among the latest (whose
 # outputs a host sync reads), and a sample of them waited for (the device's time).
-cdef int sample_device(PyObject* function, CallTimes* times, object outputs) except -1
+# `launches` counts the function's watched launches (its sampling's clock).
+cdef int sample_device(PyObject* function, CallTimes* times, object outputs,
+                       unsigned long long* launches) except -1
 # The same for a call handed off, which the library ran and returned `out`.
-cdef int sample_handed_off(PyObject* function, CallTimes* times, object out) except -1
+cdef int sample_handed_off(PyObject* function, CallTimes* times, object out,
+                           unsigned long long* launches) except -1
 
 # The trace sink while tracing is on, else None.
 cdef object trace_sink()

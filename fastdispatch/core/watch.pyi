@@ -2,7 +2,7 @@
 
 from typing import Any
 
-DEVICE_SAMPLING: tuple[int, int]
+DEVICE_SAMPLING: dict[str, int]
 
 def set_trace_sink(sink: Any) -> None: ...
 def output_owner(array: Any) -> int | None: ...

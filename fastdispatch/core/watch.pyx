@@ -126,23 +126,30 @@ cdef int stamp_end(PyObject* function, CallTimes* times, bint hit, long long com
 
 
 # --trace learns what a call costs the device by waiting for the outputs of
-# the first DEVICE_BURST of every DEVICE_EVERY launches it watches, once the
+# the first DEVICE_BURST of every so many launches of each function, once the
 # call is recorded: the first of a burst empties the device's queue, so that
 # each next one runs alone, and the wait after its launch returned is the
-# device's work the launch left (sink.device_time).
+# device's work the launch left (sink.device_time).  A burst every
+# DEVICE_EVERY_FIRST launches over a function's first DEVICE_FIRST, then every
+# DEVICE_EVERY: 24 calls run alone by its 256th launch, then 3 in every 256
+# (about 1% of its calls waited for, afterwards).
 cdef enum:
-    DEVICE_EVERY = 256
     DEVICE_BURST = 4
-DEVICE_SAMPLING = (DEVICE_EVERY, DEVICE_BURST)
-cdef unsigned long long _watched_launches = 0
+    DEVICE_FIRST = 256
+    DEVICE_EVERY_FIRST = 32
+    DEVICE_EVERY = 256
+DEVICE_SAMPLING = {"burst": DEVICE_BURST, "first": DEVICE_FIRST,
+                   "every_first": DEVICE_EVERY_FIRST, "every": DEVICE_EVERY}
 
 
-cdef int sample_device(PyObject* function, CallTimes* times, object outputs) except -1:
-    global _watched_launches, _recent_next
+cdef int sample_device(PyObject* function, CallTimes* times, object outputs,
+                       unsigned long long* launches) except -1:
+    global _recent_next
     _recent[_recent_next] = (<Py_ssize_t>function, outputs)
     _recent_next = (_recent_next + 1) % RECENT_CALLS
-    cdef unsigned long long index = _watched_launches % DEVICE_EVERY
-    _watched_launches += 1
+    cdef unsigned long long n = launches[0]
+    launches[0] = n + 1
+    cdef unsigned long long index = n % (DEVICE_EVERY_FIRST if n < DEVICE_FIRST else DEVICE_EVERY)
     device_time = _watchers.device_time
     if index < DEVICE_BURST and device_time is not None:
         device_time(<object>function, index, times.start, times.launched, outputs)
@@ -152,7 +159,8 @@ cdef int sample_device(PyObject* function, CallTimes* times, object outputs) exc
 cdef object _ARRAY = _jax.ARRAY_TYPE
 
 
-cdef int sample_handed_off(PyObject* function, CallTimes* times, object out) except -1:
+cdef int sample_handed_off(PyObject* function, CallTimes* times, object out,
+                           unsigned long long* launches) except -1:
     """``sample_device`` for a call the library ran: its arrays at the top of
     ``out`` (an array, or a tuple, list or dict of them: no flatten), from
     when the library's call returned."""
@@ -166,7 +174,7 @@ cdef int sample_handed_off(PyObject* function, CallTimes* times, object out) exc
         arrays = [leaf for leaf in out if type(leaf) is _ARRAY]
     if arrays:
         times.launched = times.end
-        sample_device(function, times, arrays)
+        sample_device(function, times, arrays, launches)
     return 0
 
 

@@ -145,14 +145,23 @@ class FunctionStats:
         self.device_ns += ns
         self.device_calls += 1
 
+    def _device_ns_a_call(self):
+        """The mean time alone past the launch of the calls waited for, at
+        most the median period between calls: in a steady run the device
+        cannot take longer a call than the calls come (what was seen bounds
+        what a few samples say)."""
+        mean = self.device_ns / self.device_calls
+        period = self.period.quantile(0.5)
+        return min(mean, period) if period else mean
+
     def device_seconds(self, wall_ns=None):
         """The device's time of the calls that ran an executable (on the fast
-        path, or handed off), estimated from the calls waited for (their mean
-        time alone past the launch, times the calls), at most the wall time;
-        None when no call was waited for."""
+        path, or handed off), estimated from the calls waited for (their time
+        a call, times the calls), at most the wall time; None when no call
+        was waited for."""
         if not self.device_calls:
             return None
-        seconds = self.device_ns / self.device_calls * (self.fast_calls + self.ran_handed_off) / 1e9
+        seconds = self._device_ns_a_call() * (self.fast_calls + self.ran_handed_off) / 1e9
         return min(seconds, wall_ns / 1e9) if wall_ns else seconds
 
     def device(self):
@@ -161,7 +170,7 @@ class FunctionStats:
         call run alone past its launch (us), and the verdict."""
         if not self.device_calls:
             return None
-        device_us = self.device_ns / self.device_calls / 1e3
+        device_us = self._device_ns_a_call() / 1e3
         period_us = self.period.quantile(0.5) / 1e3
         bound = "device-bound" if device_us >= DEVICE_BOUND_SHARE * period_us else "host-bound"
         return {
@@ -279,7 +288,7 @@ class Trace:
         if len(self._pending) >= _FOLD_EVERY:
             self._fold()
 
-    # -- device time (sampled: core.watch's DEVICE_SAMPLING) -------------
+    # -- device time (sampled per function: core.watch's DEVICE_SAMPLING) --
     def device_time(self, fn, index, start, launched, outputs):
         """A call just ran on the fast path (it started at ``start``; its
         launch returned at ``launched``): wait for its ``outputs``, and

@@ -53,17 +53,21 @@ def test_a_hand_off_is_recorded_with_its_reason(sink):
     assert not hit and reason == _reasons.UNSUPPORTED_LEAF and list(times) == sorted(times)
 
 
-def test_device_time_samples_a_burst_of_every_so_many_launches(sink):
-    every, burst = watch.DEVICE_SAMPLING
+def test_device_time_samples_bursts_of_each_function_s_launches(sink):
+    sampling = watch.DEVICE_SAMPLING
+    burst = sampling["burst"]
     f = fastdispatch.jit(lambda x: x - 1)
+    g = fastdispatch.jit(lambda x: x + 1)
     x = jnp.ones(2)
-    f(x)  # a miss: no launch of the fast path's
-    for _ in range(every):
-        f(x)
-    # Whatever launches other tests watched, any `every` in a row hold one burst.
-    assert sorted(index for _, index, _, _, _ in sink.samples) == list(range(burst))
-    for function, _, start, launched, outputs in sink.samples:
-        assert function is f and 0 < start <= launched and len(outputs) == 1
+    f(x), g(x)  # misses: no launch of the fast path's
+    for _ in range(sampling["first"] + sampling["every"]):
+        f(x), g(x)  # interleaved: each function keeps its own count
+    bursts = sampling["first"] // sampling["every_first"] + 1
+    for function in (f, g):
+        indices = [index for fn, index, _, _, _ in sink.samples if fn is function]
+        assert indices == list(range(burst)) * bursts
+    for _, _, start, launched, outputs in sink.samples:
+        assert 0 < start <= launched and len(outputs) == 1
 
 
 def test_no_sink_no_record():

@@ -576,8 +576,10 @@ def test_device_time_and_periods_make_the_verdict():
     # The periods after the waited calls (3 and 4) are not the program's.
     assert device["period_us"] == pytest.approx(10.0, rel=0.05)
     assert device["waited_calls"] == 1
-    assert device["device_us"] >= 50  # the wait, run alone, past the launch
+    # The wait, run alone, past the launch (50 us), bounded by the period seen.
+    assert device["device_us"] == pytest.approx(device["period_us"])
     assert device["verdict"] == "device-bound"  # at least 80% of the 10 us period
+    assert stats.device_seconds() == pytest.approx(10 * device["device_us"] / 1e6)
 
 
 def test_outputs_ready_before_the_wait_cost_the_device_nothing_past_the_launch():
