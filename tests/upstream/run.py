@@ -60,6 +60,7 @@ class Suite:
     # pytest's filterwarnings, as each library's own configuration sets it
     # (warnings are errors), less what its configuration needs that we do not install.
     filterwarnings: tuple = ("error",)
+    markers: tuple = ()  # pytest's markers, as the library's configuration registers them
     on_pypi: bool = False  # its sdist on PyPI holds tests/
 
     @property
@@ -98,6 +99,8 @@ SUITES = {
                 # jax's CPU runs of its sharding tests: 8 devices (fewer skips them).
                 "JAX_NUM_CPU_DEVICES": "8",
             },
+            # Unregistered, a marker is an error under filterwarnings=error (pjit_test, array_test).
+            markers=("multiaccelerator: a test that can use several accelerators",),
         ),
         Suite(
             "flax",
@@ -193,7 +196,8 @@ def run_way(suite, root, way, out, pytest_args=(), timeout=None):
     log = out / f"{suite.name}.{way}.log"
     config = out / f"{suite.name}.ini"
     lines = "\n".join(f"    {w}" for w in suite.filterwarnings)
-    config.write_text(f"[pytest]\nfilterwarnings =\n{lines}\n")
+    markers = "".join(f"\n    {m}" for m in suite.markers)
+    config.write_text(f"[pytest]\nfilterwarnings =\n{lines}\nmarkers ={markers}\n")
 
     command = [sys.executable, *WAYS[way]]
     command += ["-c", str(config), "--rootdir", str(root), "-p", "no:cacheprovider"]
