@@ -93,6 +93,7 @@ cdef struct Found:
     PyObject* finish       # its Outputs where they are not entry.finish (nnx's Record)
     PyObject* signature    # the signature a hand-off is reported with, where not entry's
     PyObject* out          # the call's output, once the library or the executable returned it
+    bint loaded            # warm: the entry was loaded for this call (a miss, not a hit)
 
 # Set a Found field to `value` (owned; the old one released).
 cdef inline void keep(PyObject** field, object value) noexcept:

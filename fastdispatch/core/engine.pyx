@@ -225,9 +225,9 @@ cdef class Engine:
                     reason = self.parse(call, &found, &times)
                 if reason is None and found.entry == NULL and found.out == NULL:
                     reason = self.find(call, &found, &times)
-                if found.entry != NULL:
+                if found.entry != NULL and not found.loaded:
                     # A hit, run or handed off: the shared LRU counts it, and
-                    # the entry is its latest use.
+                    # the entry is its latest use (one loaded now was a miss).
                     lru = self.executables.shared
                     lru.clock += 1
                     lru.hits += 1
@@ -370,6 +370,7 @@ cdef class Engine:
         self.executables.complete(entry, executable, finish, None, (now_ns() - began) / 1e9)
         self.remember(call, found, entry, entry.signature)
         keep(&found.entry, entry)
+        found.loaded = True
         return None
 
     cdef str execute(self, Call* call, Found* found, CallTimes* times):

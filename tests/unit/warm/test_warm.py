@@ -235,7 +235,12 @@ def test_warm_start_in_one_process(tmp_path, capsys):
     try:
         assert jitted(jnp.ones(2), 3).tolist() == [3.0, 3.0]
         jitted.clear_cache()  # ours and jax's: the next call misses both
+        cache = fastdispatch.CompiledFunctionCache()  # counts this function's next calls alone
+        jitted = fastdispatch.jit(f, static_argnums=1, cache=cache)
         assert jitted(jnp.ones(2), 3).tolist() == [3.0, 3.0]
+        assert (cache.stats()["misses"], cache.stats()["hits"]) == (1, 0)  # loaded: a miss only
+        assert jitted(jnp.ones(2), 3).tolist() == [3.0, 3.0]
+        assert (cache.stats()["misses"], cache.stats()["hits"]) == (1, 1)
         stats = fastdispatch.warm_start_stats()
         assert (stats["written"], stats["loaded"], traced_times(capsys)) == (1, 1, 1)
         # Beside f, only jax's own compiles (jnp.ones), counted apart.
