@@ -48,8 +48,8 @@ cdef class CompiledFunctionCache:
     cdef Py_ssize_t _capacity              # most entries, over all functions
     cdef Py_ssize_t _size                  # entries now, over all functions
     cdef dict _functions                   # (function ref, options) -> FunctionCache
-    # The engine counts a hit here (Engine.execute): the clock ticks, the
-    # entry's last_used takes its reading.
+    # The engine counts a hit here (Engine.call, for an entry found, not one
+    # loaded for the call): the clock ticks, the entry's last_used takes its reading.
     cdef unsigned long long clock          # LRU clock: ticks once per hit or insert
     cdef unsigned long long hits           # calls served by an entry compiled earlier
     cdef unsigned long long _misses        # entries inserted (compiles)

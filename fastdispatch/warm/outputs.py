@@ -9,7 +9,7 @@ such object is stored as one of:
                and dicts of them
   an input     an object of the call's own static parts (a returned Module's
                activation is the argument Module's), by its place among them
-               (keys.filter_call_objects): the key says the object there has
+               (equinox/warm.py call_objects): the key says the object there has
                the same content in the process that loads it
   a name       a class, function or other object its module and qualified
                name resolve to (``jax.nn.relu``, a user's top-level function)
