@@ -5,6 +5,7 @@ from fastdispatch import jit     # instead of: from jax import jit
 
 import importlib
 import os
+from typing import NamedTuple
 
 from fastdispatch._jax import UNSUPPORTED, UnsupportedJaxError, UnsupportedJaxWarning
 
@@ -35,14 +36,26 @@ __all__ = [
     "warm_start_stats",
 ]
 
-# The front ends of libraries other than jax, one line each: (library, front
-# end package, the public name it gives, whether plain jit reads the library's
-# tree nodes through it).  A front end is imported on first use of its name,
-# when --trace first describes one of its library's tree nodes, and, where it
-# reads them, when plain jit first flattens one (docs/architecture.md).
+
+class FrontEnd(NamedTuple):
+    """A front end for a library other than jax: all that is said of it
+    outside its own package."""
+
+    library: str  # the library's distribution (its tree nodes' top package)
+    package: str  # the front end's package
+    public_name: str  # what it gives as fastdispatch.<name>: a function, or the package
+    reads_nodes: bool  # plain jit reads the library's tree nodes through it, in C
+    routed: str  # the library's module whose jit python -m fastdispatch routes here
+    jit_name: str  # that jit's name, in the library's module and in the package
+
+
+# The front ends, one line each.  A front end is imported on first use of its
+# name, when --trace first describes one of its library's tree nodes, where it
+# reads them when plain jit first flattens one, and under python -m
+# fastdispatch when the program imports its library (docs/architecture.md).
 FRONT_ENDS = (
-    ("equinox", "fastdispatch.equinox", "filter_jit", True),
-    ("flax", "fastdispatch.nnx", "nnx", False),
+    FrontEnd("equinox", "fastdispatch.equinox", "filter_jit", True, "equinox", "filter_jit"),
+    FrontEnd("flax", "fastdispatch.nnx", "nnx", False, "flax.nnx", "jit"),
 )
 
 if UNSUPPORTED is None:
@@ -67,11 +80,11 @@ if UNSUPPORTED is None:
     # --trace's recompile explanations read a library's nodes as its front end
     # says (core/descriptions.py); plain jit reads equinox Modules (eqx.partition's
     # halves, say) in C with that front end's field reader.
-    for library, front_end, _name, reads_nodes in FRONT_ENDS:
-        _descriptions.speaks_for(library, front_end)
-        if reads_nodes:
-            _pytree.add_lazy_field_reader(library, front_end)
-    del library, front_end, _name, reads_nodes
+    for _front_end in FRONT_ENDS:
+        _descriptions.speaks_for(_front_end.library, _front_end.package)
+        if _front_end.reads_nodes:
+            _pytree.add_lazy_field_reader(_front_end.library, _front_end.package)
+    del _front_end
 
     # FASTDISPATCH_WARM_START=DIR turns warm start on for the whole program
     # (docs/warm-start.md); FASTDISPATCH_WARM_START_MAX_BYTES bounds the store,
@@ -92,7 +105,7 @@ else:
     # the libraries' own functions, decided here once (fastdispatch/_handoff.py).
     from fastdispatch import _handoff
 
-    globals().update(_handoff.names(__all__))
+    globals().update(_handoff.names(__all__, FRONT_ENDS))
 
 
 def __getattr__(name):
@@ -101,8 +114,8 @@ def __getattr__(name):
         import fastdispatch.warm
 
         return getattr(fastdispatch.warm, name)
-    for _, front_end, public_name, _ in FRONT_ENDS:
-        if name == public_name:
-            module = importlib.import_module(front_end)
-            return module if front_end.endswith("." + name) else getattr(module, name)
+    for front_end in FRONT_ENDS:
+        if name == front_end.public_name:
+            module = importlib.import_module(front_end.package)
+            return module if front_end.package.endswith("." + name) else getattr(module, name)
     raise AttributeError(f"module 'fastdispatch' has no attribute {name!r}")

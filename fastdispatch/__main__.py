@@ -27,6 +27,7 @@ import atexit
 import builtins
 import contextlib
 import dataclasses
+import functools
 import importlib.abc
 import importlib.machinery
 import importlib.util
@@ -178,32 +179,31 @@ def check_script(path):
 def patch_jax():
     """Route jax.jit through fastdispatch.jit (and jax.eval_shape, which traces
     jax's own jit functions in their own trace cache, through fastdispatch's,
-    which does the same for ours), and the front ends' libraries' jits through
-    theirs once the program imports them.  The same objects with
-    and without --trace: a trace learns from the dispatcher where each compiled
-    function was made."""
+    which does the same for ours), and each front end's library's jit through
+    the front end once the program imports that library (fastdispatch.FRONT_ENDS).
+    The same objects with and without --trace: a trace learns from the
+    dispatcher where each compiled function was made."""
     import jax
 
     import fastdispatch
 
     jax.jit = fastdispatch.jit
     jax.eval_shape = fastdispatch.eval_shape
-    when_imported("equinox", patch_equinox)
-    when_imported("flax.nnx", patch_nnx)
+    for front_end in fastdispatch.FRONT_ENDS:
+        when_imported(front_end.routed, functools.partial(route, front_end))
 
 
-def patch_equinox(equinox):
+def route(front_end, library_module):
+    """The library's jit is the front end's; the front end's ``routed(jit_type)``,
+    where it has one, does what else routing needs of the library, knowing the
+    type of the functions jax.jit now makes."""
     import fastdispatch
-    from fastdispatch.equinox import filter_jit, recognise_jit_wrappers
 
-    equinox.filter_jit = filter_jit
-    recognise_jit_wrappers(fastdispatch.CompiledFunction)
-
-
-def patch_nnx(flax_nnx):
-    from fastdispatch.nnx import jit
-
-    flax_nnx.jit = jit
+    package = importlib.import_module(front_end.package)
+    setattr(library_module, front_end.jit_name, getattr(package, front_end.jit_name))
+    routed = getattr(package, "routed", None)
+    if routed is not None:
+        routed(fastdispatch.CompiledFunction)
 
 
 def when_imported(name, patch):

@@ -46,14 +46,15 @@ def _unavailable(name: str):
 _NOT_STOOD_IN = ("filter_jit", "UnsupportedJaxError", "UnsupportedJaxWarning")
 
 
-def names(public) -> dict:
+def names(public, front_ends) -> dict:
     """A stand-in for each of ``public``, fastdispatch's public names, and for
-    its two front-end modules: the libraries' own functions where they have
-    one, else a function that raises UnsupportedJaxError."""
+    the packages of its ``front_ends`` (fastdispatch.FRONT_ENDS): the
+    libraries' own functions where they have one, else a function that
+    raises UnsupportedJaxError."""
     found = {name: _unavailable(name) for name in public if name not in _NOT_STOOD_IN}
     found.update(jit=jit, device_put=device_put, eval_shape=eval_shape)
     found.update(warm_start=warm_start, warm_start_stats=warm_start_stats)
-    found.update(_front_ends())
+    found.update(_front_ends(front_ends))
     return found
 
 
@@ -74,11 +75,14 @@ class _FrontEnd(types.ModuleType):
         return getattr(importlib.import_module(self._library), self._exported[name])
 
 
-def _front_ends() -> dict:
-    """``fastdispatch.equinox`` and ``fastdispatch.nnx``, which ``import
-    fastdispatch.nnx`` then finds instead of the modules built on the dispatcher."""
+def _front_ends(front_ends) -> dict:
+    """Each front end's package (``fastdispatch.equinox``, ``fastdispatch.nnx``),
+    which ``import fastdispatch.nnx`` then finds instead of the module built
+    on the dispatcher: its jit is the library's own."""
     modules = {}
-    for name, library, exported in (("equinox", "equinox", "filter_jit"), ("nnx", "flax.nnx", "jit")):
-        module = f"fastdispatch.{name}"
-        modules[name] = sys.modules.setdefault(module, _FrontEnd(module, library, {exported: exported}))
+    for front_end in front_ends:
+        name = front_end.package.rpartition(".")[2]
+        exported = {front_end.jit_name: front_end.jit_name}
+        stand_in = _FrontEnd(front_end.package, front_end.routed, exported)
+        modules[name] = sys.modules.setdefault(front_end.package, stand_in)
     return modules

@@ -22,7 +22,7 @@ names, all listed here and tested in tests/unit/equinox/test_equinox.py:
   equinox._module._module._transform_types
                                          the wrapper types a Module field is warned about
                                          (``type(jax.jit(...))`` among them): see
-                                         recognise_jit_wrappers
+                                         routed
   a Module's generated flatten function  recognised by its docstring; its fields read
                                          from dataclasses.fields (FieldLayout)
 """
@@ -107,14 +107,14 @@ def _clear_dispatchers():
 _eqx_caches.cache_clears.append(_clear_dispatchers)
 
 
-def recognise_jit_wrappers(jit_type):
-    """equinox warns when a Module field holds a jax-transformed callable that
-    wraps arrays, and knows one by its type: ``type(jax.jit(lambda x: x))``,
-    taken when equinox is imported.  Under ``python -m fastdispatch`` that is
-    ``jit_type`` (fastdispatch.jit's CompiledFunction, which the command line
-    hands here) or jax's own PjitFunction, whichever jax.jit was then; both
-    kinds of wrapper exist in a routed program (a library may have made its
-    jitted functions before the patch), so equinox is told of both."""
+def routed(jit_type):
+    """Under ``python -m fastdispatch``, once equinox.filter_jit is ours:
+    equinox warns when a Module field holds a jax-transformed callable that
+    wraps arrays, and knows one by its type, ``type(jax.jit(lambda x: x))``,
+    taken when equinox is imported: ``jit_type`` (fastdispatch.jit's) or
+    jax's own PjitFunction, whichever jax.jit was then.  Both kinds of wrapper
+    exist in a routed program (a library may have made its jitted functions
+    before the patch), so equinox is told of both."""
     _eqx_module._transform_types.update({jit_type, type(_jax.jax_jit(lambda x: x))})
 
 

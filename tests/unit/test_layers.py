@@ -37,7 +37,7 @@ import fastdispatch
 PACKAGE = pathlib.Path(__file__).resolve().parents[2] / "fastdispatch"
 
 # jit's, and those the package registers (fastdispatch.FRONT_ENDS, one line each).
-FRONT_ENDS = ("fastdispatch.jax_jit",) + tuple(module for _, module, _, _ in fastdispatch.FRONT_ENDS)
+FRONT_ENDS = ("fastdispatch.jax_jit",) + tuple(front_end.package for front_end in fastdispatch.FRONT_ENDS)
 
 # (layer, the modules in it by dotted prefix), lowest first.
 LAYERS = [
