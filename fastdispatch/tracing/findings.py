@@ -263,7 +263,7 @@ def _site_findings(trace, wall_ns) -> list:
             for key, (_, owner_ns) in tally.sync_owners.get((site, how), {}).items():
                 entry[3][key] = entry[3].get(key, 0) + owner_ns
         candidates += [
-            ("host_sync", MIN_HOST_SYNCS, site, count, ns, _sync_message(count, hows), _owner(trace, owners))
+            ("host_sync", MIN_HOST_SYNCS, site, count, ns, *_sync_message(trace, count, hows, owners))
             for site, (count, ns, hows, owners) in by_site.items()
             if ns >= MIN_WALL_SHARE * wall_ns
         ]
@@ -287,14 +287,6 @@ def _site_findings(trace, wall_ns) -> list:
     ]
 
 
-def _owner(trace, owners):
-    """The compiled function whose outputs most of a site's syncs waited for
-    (``owners``: function key -> ns), as findings name it; "" if none is known."""
-    if not owners:
-        return ""
-    return label(trace._functions[max(owners, key=owners.get)])
-
-
 def sync_by_function(tally) -> dict:
     """Function key -> [syncs, ns]: the host syncs that read its outputs."""
     totals = {}
@@ -315,11 +307,16 @@ def _transfer_message(calls, total_bytes, handed_off):
     return f"{sent}; jax.device_put it once before the loop, or slice device-resident data"
 
 
-def _sync_message(count, hows):
-    return (
-        f"{' and '.join(sorted(set(hows)))} of a jax array waits for the device, {_times(count)}; "
+def _sync_message(trace, count, hows, owners):
+    """The message of a host-sync finding and the function whose outputs most
+    of its reads waited for ("" if none is known)."""
+    owner = trace._functions[max(owners, key=owners.get)] if owners else None
+    read = "an output of " + owner.name if owner is not None else "a jax array"
+    message = (
+        f"{' and '.join(sorted(set(hows)))} of {read} waits for the device, {_times(count)}; "
         f"keep values on the device (accumulate in the jitted step), read them every N steps"
     )
+    return message, label(owner) if owner is not None else ""
 
 
 def _eager_message(count, ns, compile_ns, built, called):

@@ -28,9 +28,9 @@ OVERHEAD_NOTE = (
 
 DEVICE_NOTE = (
     "host or device: period, the median time between calls on the host; device, the device's time\n"
-    "  for a call run alone past its launch (a few calls in every 256 are waited for), and times its\n"
-    "  fast-path calls, in seconds; device-bound when that is at least 80% of the period (a faster\n"
-    "  dispatch would not help), else host-bound:"
+    "  for a call run alone past its launch (a few of each function's calls are waited for), and\n"
+    "  times its calls that ran, in seconds; device-bound when that is at least 80% of the period\n"
+    "  (a faster dispatch would not help), else host-bound:"
 )
 
 

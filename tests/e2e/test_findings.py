@@ -232,6 +232,7 @@ def test_host_sync_every_step(tmp_path):
     # first (its compile's call returned through jax.jit).
     (step,) = report["functions"]
     assert finding["function"].startswith("step (") and step["host_syncs"] == 29
+    assert "float() of an output of step waits for the device" in finding["message"]
     assert 0 < step["host_sync_seconds"] <= report["split"]["host_syncs"]
 
 
