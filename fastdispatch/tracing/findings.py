@@ -314,7 +314,7 @@ def _sync_message(trace, count, hows, owners):
     read = "an output of " + owner.name if owner is not None else "a jax array"
     message = (
         f"{' and '.join(sorted(set(hows)))} of {read} waits for the device, {_times(count)}; "
-        f"keep values on the device (accumulate in the jitted step), read them every N steps"
+        f"keep values on the device (accumulate in the step) and read them every N steps"
     )
     return message, label(owner) if owner is not None else ""
 
