@@ -146,6 +146,7 @@ cdef inline void _release(Found* found) noexcept:
     Py_XDECREF(found.finish)
     Py_XDECREF(found.signature)
     Py_XDECREF(found.out)
+    Py_XDECREF(found.sample)
 
 
 cdef int _close_scope(Found* found) except -1:
@@ -250,11 +251,19 @@ cdef class Engine:
                     # Recorded also when the library raises: the report counts the hand-off.
                     ended(call.function, &times, False, 0, reason, _reported_signature(&found))
                 if reason not in NOT_RUN:   # its executable ran: its device time, as a hit's
-                    sample_handed_off(call.function, &times, out, &self.watched_launches)
+                    keep(&found.sample, out)
+                    found.sample_handed_off = True
         finally:
-            _release(&found)
             if span is not None:
                 end_watch(&times, span)
+            if found.sample != NULL:
+                # After the call's spans: the wait for its outputs is not the call's.
+                if found.sample_handed_off:
+                    sample_handed_off(call.function, &times, <object>found.sample,
+                                      &self.watched_launches)
+                else:
+                    sample_device(call.function, &times, <object>found.sample, &self.watched_launches)
+            _release(&found)
         if _post_hooks:
             return self.returned(call, out)
         return out
@@ -400,7 +409,7 @@ cdef class Engine:
         keep(&found.out, (<Outputs>finish).rebuild(outputs))
         ended(call.function, times, True, 0, None, entry.signature)
         if times.watch & WATCH_CLOCK:
-            sample_device(call.function, times, outputs, &self.watched_launches)
+            keep(&found.sample, outputs)   # sampled once the call's spans end (Engine.call)
         return None
 
     cdef void remember_hand_off(self, object like, str reason, CallSignature signature):
