@@ -250,7 +250,8 @@ cdef class Engine:
                 finally:
                     # Recorded also when the library raises: the report counts the hand-off.
                     ended(call.function, &times, False, 0, reason, _reported_signature(&found))
-                if reason not in NOT_RUN:   # its executable ran: its device time, as a hit's
+                if times.watch & WATCH_CLOCK and reason not in NOT_RUN:
+                    # Its executable ran: its device time, as a hit's.
                     keep(&found.sample, out)
                     found.sample_handed_off = True
         finally:
