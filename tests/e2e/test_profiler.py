@@ -59,7 +59,14 @@ def find(nodes, name):
 
 
 def children(node):
-    return [child[0] for child in node[2]]
+    """The names of a span's children, less jaxlib's housekeeping spans, which
+    land between a call's phases as jax's version and the moment have it
+    (``PythonRefManager::CollectGarbage``, ``Wait for usage holds``)."""
+    return [child[0] for child in node[2] if not _housekeeping(child[0])]
+
+
+def _housekeeping(name):
+    return name.startswith("PythonRefManager::") or name.startswith("Wait for ")
 
 
 def descendants(node):
