@@ -35,7 +35,7 @@ def test_a_store_notes_its_machine_once(tmp_path):
     "part, value, says",
     [
         ("devices", "tpu: 1 x TPU v5 lite, PJRT C API", "devices tpu: 1 x TPU v5 lite"),
-        ("versions", "fastdispatch 0.1.0, jax 0.8.3, jaxlib 0.8.3, Python 3.11.7", "versions fastdispatch"),
+        ("versions", "fastdispatch 0.0.1, jax 0.0.1, jaxlib 0.0.1, Python 3.0.0", "versions fastdispatch"),
         (None, None, "jax's settings or XLA's flags"),
     ],
 )
