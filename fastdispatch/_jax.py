@@ -541,7 +541,8 @@ def _key_result_handler(aval, sharding, committed):
     second call on: the physical array with the key's own sharding (its
     trailing key dimension unnamed: ``P(None, 'y', 'x')``), where the Python
     path's handler names it (``P(None, 'y', 'x', None)``); the same placement."""
-    physical = _RESULT_HANDLERS[type(_physical_aval(aval))](_physical_aval(aval), sharding, committed)
+    physical_aval = _physical_aval(aval)
+    physical = _RESULT_HANDLERS[type(physical_aval)](physical_aval, sharding, committed)
     impl = aval.dtype._impl
     return physical.wrap(lambda array: KEY_ARRAY_TYPE(impl, array))
 

@@ -25,8 +25,16 @@ COMPILE_ERROR = sys.intern("compile_error")
 # the call, jit is off, or the library raises.  After any other, --trace
 # counts the call's device time as a hit's.
 NOT_RUN = frozenset(
-    {TRACER, DISABLE_JIT, NO_TRACING, NO_EXECUTION, UNSUPPORTED_LEAF, STATIC_ARGUMENT_ERROR}
-    | {ARGUMENT_BINDING, COMPILE_ERROR}
+    {
+        TRACER,
+        DISABLE_JIT,
+        NO_TRACING,
+        NO_EXECUTION,
+        UNSUPPORTED_LEAF,
+        STATIC_ARGUMENT_ERROR,
+        ARGUMENT_BINDING,
+        COMPILE_ERROR,
+    }
 )
 
 # Host data the library converts faster than the fast path would.

@@ -94,10 +94,9 @@ cdef struct Found:
     PyObject* signature    # the signature a hand-off is reported with, where not entry's
     PyObject* out          # the call's output, once the library or the executable returned it
     bint loaded            # warm: the entry was loaded for this call (a miss, not a hit)
-    # --trace: the outputs to sample for the device's time once the call's
-    # spans have ended (its flat outputs, or the library's output)
+    # --trace: the output arrays to sample for the device's time once the
+    # call's spans have ended (its flat outputs, or the library's top arrays)
     PyObject* sample
-    bint sample_handed_off
 
 # Set a Found field to `value` (owned; the old one released).
 cdef inline void keep(PyObject** field, object value) noexcept:

@@ -43,7 +43,7 @@ from fastdispatch.core.signature cimport (
     CallSignature, LeafKind, LEAF_HOST, LEAF_OTHER, LEAF_TRACER, UNHASHABLE_STATIC, make_signature)
 from fastdispatch.core.watch cimport (
     AT_FLATTENED, AT_FOUND, AT_KEYED, WATCH_CLOCK, CallTimes, Watchers, end_watch, ended, reached,
-    sample_device, sample_handed_off, start_watch, watchers)
+    sample_device, start_watch, top_arrays, watchers)
 
 from contextlib import nullcontext
 
@@ -251,19 +251,18 @@ cdef class Engine:
                     # Recorded also when the library raises: the report counts the hand-off.
                     ended(call.function, &times, False, 0, reason, _reported_signature(&found))
                 if times.watch & WATCH_CLOCK and reason not in NOT_RUN:
-                    # Its executable ran: its device time, as a hit's.
-                    keep(&found.sample, out)
-                    found.sample_handed_off = True
+                    # Its executable ran: its device time, as a hit's, from
+                    # when the library's call returned.
+                    arrays = top_arrays(out)
+                    if arrays is not None:
+                        times.launched = times.end
+                        keep(&found.sample, arrays)
         finally:
             if span is not None:
                 end_watch(&times, span)
             if found.sample != NULL:
                 # After the call's spans: the wait for its outputs is not the call's.
-                if found.sample_handed_off:
-                    sample_handed_off(call.function, &times, <object>found.sample,
-                                      &self.watched_launches)
-                else:
-                    sample_device(call.function, &times, <object>found.sample, &self.watched_launches)
+                sample_device(call.function, &times, <object>found.sample, &self.watched_launches)
             _release(&found)
         if _post_hooks:
             return self.returned(call, out)

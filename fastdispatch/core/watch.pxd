@@ -87,9 +87,8 @@ cdef int stamp_end(PyObject* function, CallTimes* times, bint hit, long long com
 # `launches` counts the function's watched launches (its sampling's clock).
 cdef int sample_device(PyObject* function, CallTimes* times, object outputs,
                        unsigned long long* launches) except -1
-# The same for a call handed off, which the library ran and returned `out`.
-cdef int sample_handed_off(PyObject* function, CallTimes* times, object out,
-                           unsigned long long* launches) except -1
+# The arrays to sample of `out`, a call the library ran, or None.
+cdef object top_arrays(object out)
 
 # The trace sink while tracing is on, else None.
 cdef object trace_sink()

@@ -159,23 +159,18 @@ cdef int sample_device(PyObject* function, CallTimes* times, object outputs,
 cdef object _ARRAY = _jax.ARRAY_TYPE
 
 
-cdef int sample_handed_off(PyObject* function, CallTimes* times, object out,
-                           unsigned long long* launches) except -1:
-    """``sample_device`` for a call the library ran: its arrays at the top of
-    ``out`` (an array, or a tuple, list or dict of them: no flatten), from
-    when the library's call returned."""
+cdef object top_arrays(object out):
+    """The arrays at the top of a library call's output (an array, or a
+    tuple, list or dict of them: no flatten), to sample as a hit's outputs;
+    None where there are none."""
     if type(out) is _ARRAY:
-        arrays = (out,)
-    else:
-        if type(out) is dict:
-            out = (<dict>out).values()
-        elif type(out) is not tuple and type(out) is not list:
-            return 0
-        arrays = [leaf for leaf in out if type(leaf) is _ARRAY]
-    if arrays:
-        times.launched = times.end
-        sample_device(function, times, arrays, launches)
-    return 0
+        return (out,)
+    if type(out) is dict:
+        out = (<dict>out).values()
+    elif type(out) is not tuple and type(out) is not list:
+        return None
+    arrays = [leaf for leaf in out if type(leaf) is _ARRAY]
+    return arrays if arrays else None
 
 
 cdef int _end_phase(CallTimes* times) except -1:

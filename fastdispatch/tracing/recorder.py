@@ -145,14 +145,13 @@ class FunctionStats:
         self.device_ns += ns
         self.device_calls += 1
 
-    def _device_ns_a_call(self):
+    def _device_ns_a_call(self, period_ns):
         """The mean time alone past the launch of the calls waited for, at
-        most the median period between calls: in a steady run the device
-        cannot take longer a call than the calls come (what was seen bounds
-        what a few samples say)."""
+        most ``period_ns``, the median period between calls: in a steady run
+        the device cannot take longer a call than the calls come (what was
+        seen bounds what a few samples say)."""
         mean = self.device_ns / self.device_calls
-        period = self.period.quantile(0.5)
-        return min(mean, period) if period else mean
+        return min(mean, period_ns) if period_ns else mean
 
     def device_seconds(self, wall_ns=None):
         """The device's time of the calls that ran an executable (on the fast
@@ -161,7 +160,8 @@ class FunctionStats:
         was waited for."""
         if not self.device_calls:
             return None
-        seconds = self._device_ns_a_call() * (self.fast_calls + self.ran_handed_off) / 1e9
+        a_call = self._device_ns_a_call(self.period.quantile(0.5))
+        seconds = a_call * (self.fast_calls + self.ran_handed_off) / 1e9
         return min(seconds, wall_ns / 1e9) if wall_ns else seconds
 
     def device(self):
@@ -170,8 +170,9 @@ class FunctionStats:
         call run alone past its launch (us), and the verdict."""
         if not self.device_calls:
             return None
-        device_us = self._device_ns_a_call() / 1e3
-        period_us = self.period.quantile(0.5) / 1e3
+        period_ns = self.period.quantile(0.5)
+        device_us = self._device_ns_a_call(period_ns) / 1e3
+        period_us = period_ns / 1e3
         bound = "device-bound" if device_us >= DEVICE_BOUND_SHARE * period_us else "host-bound"
         return {
             "period_us": period_us,
