@@ -230,6 +230,10 @@ COMMITTED_ATTR = "_committed"
 # .sharding are computed on every read (~9 us and ~6 us).
 KEY_BUFFER_ATTR = "_base_array"
 KEY_IMPL_ATTR = "_impl"
+# An array's device layout (jaxlib's PjRtLayout; equal layouts compare equal):
+# jax.jit keys a call on it.  Read only on a live array (a deleted one's
+# read crashes the process, and jax's own .format checks first).
+LAYOUT_ATTR = "_pjrt_layout"
 
 # The unbound method, called as consume(results, handlers): no attribute lookup
 # on each call's fresh ExecuteResults.

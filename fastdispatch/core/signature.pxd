@@ -37,6 +37,10 @@ cdef struct LeafKey:
     # array P() and P(None,) on alternate calls; NULL until one is seen)
     PyObject* other_sharding
     bint committed          # ARRAY, KEY: placed on its devices explicitly
+    # ARRAY, committed, two or more dimensions: its device layout (a layout
+    # other than the default needs a concrete sharding, so commits the array;
+    # the identity guard reads it only for these); NULL otherwise
+    PyObject* layout
     PyObject* impl          # KEY: the PRNG implementation
     PyObject* py_type       # SCALAR, HOST: type(leaf) (a scalar's aval follows from it and x64)
     PyObject* dtype         # HOST: the numpy dtype

@@ -109,6 +109,16 @@ cdef class _ArrayField:
         Py_DECREF(value)
         return same
 
+    cdef inline object read(self, object array):
+        """``getattr(array, name)``, or None where reading it raises."""
+        cdef PyObject* value = self.get(<PyObject*>self.descriptor, <PyObject*>array, NULL)
+        if value == NULL:
+            PyErr_Clear()
+            return None
+        result = <object>value
+        Py_DECREF(value)
+        return result
+
     cdef inline bint holds_either(self, object array, PyObject* expected, PyObject* other):
         """``getattr(array, name)`` is ``expected`` or ``other`` (which may be NULL)."""
         cdef PyObject* value = self.get(<PyObject*>self.descriptor, <PyObject*>array, NULL)
@@ -123,6 +133,8 @@ cdef class _ArrayField:
 cdef _ArrayField _AVAL_FIELD = _ArrayField(_jax.array_descriptor("aval"))
 cdef _ArrayField _SHARDING_FIELD = _ArrayField(_jax.array_descriptor(_jax.SHARDING_ATTR))
 cdef _ArrayField _COMMITTED_FIELD = _ArrayField(_jax.array_descriptor(_jax.COMMITTED_ATTR))
+cdef _ArrayField _LAYOUT_FIELD = _ArrayField(_jax.array_descriptor(_jax.LAYOUT_ATTR))
+cdef object _DELETED = _jax.ARRAY_TYPE.is_deleted
 
 
 cdef inline PyObject* _owned(object value):
@@ -137,6 +149,8 @@ cdef int _fill_key(LeafKey* key, object leaf, LeafKind kind) except -1:
         key.aval = _owned(leaf.aval)
         key.sharding = _owned(getattr(leaf, _SHARDING))
         key.committed = getattr(leaf, _COMMITTED) is True
+        if key.committed and leaf.ndim >= 2 and not _DELETED(leaf):
+            key.layout = _owned(_LAYOUT_FIELD.read(leaf))
     elif kind == LEAF_KEY:
         # A key's own aval and sharding are computed on each read (~9 us and
         # ~6 us): key on its physical array and its implementation.
@@ -160,11 +174,16 @@ cdef object _FALSE = False
 
 
 cdef inline bint _placed_as(object array, LeafKey* key):
-    """An ArrayImpl holds the key's very aval, sharding and committed flag."""
+    """An ArrayImpl holds the key's very aval, sharding and committed flag,
+    and an equal layout where the key has one (~0.2 us: only committed
+    arrays of two or more dimensions pay it, as only they can differ).  A
+    deleted array passes: running it raises jax's error."""
     return (_AVAL_FIELD.holds(array, key.aval)
             and _SHARDING_FIELD.holds_either(array, key.sharding, key.other_sharding)
             and _COMMITTED_FIELD.holds(array, <PyObject*>_TRUE if key.committed
-                                       else <PyObject*>_FALSE))
+                                       else <PyObject*>_FALSE)
+            and (key.layout == NULL or _DELETED(array)
+                 or PyObject_RichCompareBool(_LAYOUT_FIELD.read(array), <object>key.layout, Py_EQ)))
 
 
 cdef inline bint _leaf_matches(object leaf, LeafKey* key):
@@ -217,6 +236,7 @@ cdef inline bint _same_field(PyObject* a, PyObject* b) except -1:
 cdef bint _same_key(LeafKey* a, LeafKey* b) except -1:
     return (a.kind == b.kind and a.committed == b.committed
             and _same_field(a.aval, b.aval) and _same_placement(a, b)
+            and _same_field(a.layout, b.layout)
             and _same_field(a.impl, b.impl) and _same_field(a.py_type, b.py_type)
             and _same_field(a.dtype, b.dtype) and _same_field(a.shape, b.shape))
 
@@ -290,8 +310,10 @@ cdef void _adopt(LeafKey* key, LeafKey* fresh) noexcept:
     cdef LeafKey old = key[0]
     key.aval, key.sharding, key.impl = fresh.aval, fresh.sharding, fresh.impl
     key.py_type, key.dtype, key.shape = fresh.py_type, fresh.dtype, fresh.shape
+    key.layout = fresh.layout
     fresh.aval, fresh.sharding, fresh.impl = old.aval, old.sharding, old.impl
     fresh.py_type, fresh.dtype, fresh.shape = old.py_type, old.dtype, old.shape
+    fresh.layout = old.layout
     if key.kind == LEAF_KEY and old.sharding != NULL and old.sharding != key.sharding:
         Py_INCREF(<object>old.sharding)
         fresh.other_sharding = old.other_sharding
@@ -325,6 +347,7 @@ cdef void _release_key(LeafKey* key):
     Py_XDECREF(key.aval)
     Py_XDECREF(key.sharding)
     Py_XDECREF(key.other_sharding)
+    Py_XDECREF(key.layout)
     Py_XDECREF(key.impl)
     Py_XDECREF(key.py_type)
     Py_XDECREF(key.dtype)
@@ -428,7 +451,8 @@ cdef class CallSignature:
             if _same_key(a, b):
                 continue
             if not (a.kind == b.kind == LEAF_ARRAY and a.committed == b.committed
-                    and _same_placement(a, b) and _same_but_abstract_mesh(<object>a.aval, <object>b.aval)):
+                    and _same_placement(a, b) and _same_field(a.layout, b.layout)
+                    and _same_but_abstract_mesh(<object>a.aval, <object>b.aval)):
                 return False
         return True
 

@@ -151,3 +151,34 @@ def check_a_typed_key_output_is_placed_as_jax_jit_places_it():
 
 def test_a_typed_key_output_is_placed_as_jax_jit_places_it():
     run_in_subprocess(check_a_typed_key_output_is_placed_as_jax_jit_places_it, n_devices=8)
+
+
+def check_a_custom_layout_is_keyed_as_jax_jit_keys_it():
+    import jax
+    import numpy as np
+    from jax.experimental.layout import Format, Layout
+    from jax.sharding import AxisType, NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    import fastdispatch
+
+    # layout_test's test_cpp_layout_cache_miss: the same values, placed alike,
+    # one of them laid out column-major on the devices.  Their avals and
+    # shardings are the very same objects, so only the layout tells them apart.
+    mesh = jax.make_mesh((2, 2), ("x", "y"), axis_types=(AxisType.Auto,) * 2)
+    grid = NamedSharding(mesh, P("x", "y"))
+    values = np.arange(256.0, dtype=np.float32).reshape(16, 16)
+    default = jax.device_put(values, grid)
+    column_major = default.format.layout.major_to_minor[::-1]
+    custom = jax.device_put(values, Format(Layout(major_to_minor=column_major), grid))
+    assert custom.format != default.format
+
+    gram = fastdispatch.jit(lambda x: x @ x.T)
+    for _ in range(3):
+        np.testing.assert_array_equal(gram(default), values @ values.T)
+        np.testing.assert_array_equal(gram(custom), values @ values.T)
+    assert len(gram._cache_entries()) == 2
+
+
+def test_a_custom_layout_is_keyed_as_jax_jit_keys_it():
+    run_in_subprocess(check_a_custom_layout_is_keyed_as_jax_jit_keys_it, n_devices=8)
