@@ -4,7 +4,7 @@ Two programs, each run in its own processes under ``python -m fastdispatch``
 and under ``python -m fastdispatch --trace``, alternately, a few repeats each:
 the README's example (examples/train_mlp.py, from the checkout) and a loop of
 10,000 small calls (small_calls.py).  The figures are the ratios of the
-whole-process walls, traced over untraced (the target: at most 1.10), of the
+whole-process walls, traced over untraced (the target: at most 1.05), of the
 medians and of the best runs: start-up here is I/O-bound, and its noise (it only
 ever adds time) can exceed what --trace costs; the stdouts must match.
 """
