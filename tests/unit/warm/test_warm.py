@@ -296,37 +296,6 @@ def test_a_load_warns_what_the_compile_warned(tmp_path):
         fastdispatch.warm_start(None)
 
 
-def test_warnings_are_recorded_by_thread_and_issued_as_from_their_place():
-    from fastdispatch.warm import warned
-
-    def warn_elsewhere():
-        warnings.warn("another thread's", RuntimeWarning, stacklevel=1)
-
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        with warned.recording([]) as recorded:
-            warnings.warn("this thread's", DeprecationWarning, stacklevel=1)
-            thread = threading.Thread(target=warn_elsewhere)
-            thread.start()
-            thread.join()
-        shown = [(str(w.message), w.category) for w in caught]
-        assert shown == [("this thread's", DeprecationWarning), ("another thread's", RuntimeWarning)]
-        ((module, name, text, issuer, filename, lineno),) = recorded  # plain data
-        assert (module, name, text, issuer) == ("builtins", "DeprecationWarning", "this thread's", __name__)
-        assert filename == __file__ and warnings.showwarning is not warned._record
-        del caught[:]
-        warned.issue(recorded)
-        (again,) = caught
-        assert (str(again.message), again.category) == (text, DeprecationWarning)
-        assert (again.filename, again.lineno) == (filename, lineno)
-    # Once per place, as the module's own registry says: shown once.
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("default")
-        warned.issue(recorded)
-        warned.issue(recorded)
-    assert len(caught) == 1
-
-
 def test_a_loaded_entry_leaves_numpy_arguments_to_jax_jit_after_its_first_calls(tmp_path, sink):
     # jax.jit converts numpy arguments faster than the fast path, so a
     # compiled entry of a small call leaves them to it.  A loaded one converts

@@ -1,13 +1,10 @@
 """Warm start reads code as Python runs it and describes what it reads: the
 globals a function reads are its LOAD_GLOBAL / LOAD_NAME names (attributes are
 not globals); a jax array, a flax Variable, State or Module, a pytree of them,
-is described by its structure and content; jax's persistent cache is on
-underneath the store; and every function warm start does not take on says why
-(fastdispatch._reasons' WARM_ constants)."""
+is described by its structure and content; and every function warm start
+does not take on says why (fastdispatch._reasons' WARM_ constants)."""
 
 from __future__ import annotations
-
-import os
 
 import jax
 import jax.numpy as jnp
@@ -17,7 +14,7 @@ from frontends import import_flax
 
 import fastdispatch
 from fastdispatch import _reasons, warm
-from fastdispatch.warm import identity, jax_cache
+from fastdispatch.warm import identity
 from fastdispatch.warm.identity import NotStored, function_digest
 
 import_flax()  # this module's tests skip without flax, saying why
@@ -176,56 +173,6 @@ def test_a_linen_module_is_described_by_its_fields_not_by_its_flax_id():
     a, b = ids.uuid(), ids.uuid()
     assert identity.value_digest((a, b)) == identity.value_digest((b, a))
     assert identity.value_digest((a, a)) != identity.value_digest((a, b))
-
-
-@pytest.fixture
-def cache_settings():
-    """jax's cache settings as the test found them, put back after it."""
-    names = ("jax_compilation_cache_dir", *(name for name, _, _ in jax_cache._THRESHOLDS))
-    before = {name: getattr(jax.config, name) for name in names}
-    yield before
-    fastdispatch.warm_start(None)
-    for name, value in before.items():
-        jax.config.update(name, value)
-
-
-def test_jax_cache_is_on_underneath_the_store(tmp_path, cache_settings):
-    assert cache_settings["jax_compilation_cache_dir"] is None
-    fastdispatch.warm_start(tmp_path)
-    directory = os.path.join(str(tmp_path), ".programs", "jax-cache")
-    assert jax.config.jax_compilation_cache_dir == directory
-    assert jax.config.jax_persistent_cache_min_compile_time_secs == 0
-    assert jax.config.jax_persistent_cache_min_entry_size_bytes == -1
-    jax.jit(lambda x: x * 3 + 1)(jnp.arange(5.0)).block_until_ready()  # a stock jit: not ours
-    assert os.listdir(directory)  # jax wrote its entry
-    stats = fastdispatch.warm_start_stats()
-    assert stats["jax_cache"]["owner"] == "warm start" and stats["jax_cache"]["directory"] == directory
-    assert "jax's persistent compilation cache underneath: " + directory in warm.summary()
-    fastdispatch.warm_start(None)
-    assert jax.config.jax_compilation_cache_dir is None
-    assert jax.config.jax_persistent_cache_min_compile_time_secs == 1.0
-
-
-def test_a_jax_cache_the_program_set_is_left_alone(tmp_path, cache_settings):
-    own = str(tmp_path / "mine")
-    jax.config.update("jax_compilation_cache_dir", own)
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
-    fastdispatch.warm_start(tmp_path / "store")
-    assert jax.config.jax_compilation_cache_dir == own
-    assert jax.config.jax_persistent_cache_min_compile_time_secs == 0.5
-    stats = fastdispatch.warm_start_stats()
-    assert stats["jax_cache"]["owner"] == "the program"
-    assert "the program's own, " + own in warm.summary()
-    fastdispatch.warm_start(None)
-    assert jax.config.jax_compilation_cache_dir == own  # never ours to put back
-
-
-def test_a_threshold_the_program_set_is_kept(tmp_path, cache_settings):
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 2.0)
-    fastdispatch.warm_start(tmp_path)
-    assert jax.config.jax_compilation_cache_dir == os.path.join(str(tmp_path), ".programs", "jax-cache")
-    assert jax.config.jax_persistent_cache_min_compile_time_secs == 2.0
-    assert jax.config.jax_persistent_cache_min_entry_size_bytes == -1
 
 
 def test_refusals_carry_their_reason_and_compiles_outside_are_explained(tmp_path, cache_settings):
