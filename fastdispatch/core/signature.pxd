@@ -37,9 +37,11 @@ cdef struct LeafKey:
     # array P() and P(None,) on alternate calls; NULL until one is seen)
     PyObject* other_sharding
     bint committed          # ARRAY, KEY: placed on its devices explicitly
-    # ARRAY, committed, two or more dimensions: its device layout (a layout
-    # other than the default needs a concrete sharding, so commits the array;
-    # the identity guard reads it only for these); NULL otherwise
+    # ARRAY, committed, two or more dimensions (a layout other than the
+    # default needs a concrete sharding, so commits the array): the guard
+    # compares its device layout, `layout`, NULL while not known (an array
+    # keyed after it was donated: the next live one fills it in)
+    bint has_layout
     PyObject* layout
     PyObject* impl          # KEY: the PRNG implementation
     PyObject* py_type       # SCALAR, HOST: type(leaf) (a scalar's aval follows from it and x64)

@@ -149,7 +149,8 @@ cdef int _fill_key(LeafKey* key, object leaf, LeafKind kind) except -1:
         key.aval = _owned(leaf.aval)
         key.sharding = _owned(getattr(leaf, _SHARDING))
         key.committed = getattr(leaf, _COMMITTED) is True
-        if key.committed and leaf.ndim >= 2 and not _DELETED(leaf):
+        key.has_layout = key.committed and leaf.ndim >= 2
+        if key.has_layout and not _DELETED(leaf):
             key.layout = _owned(_LAYOUT_FIELD.read(leaf))
     elif kind == LEAF_KEY:
         # A key's own aval and sharding are computed on each read (~9 us and
@@ -176,14 +177,16 @@ cdef object _FALSE = False
 cdef inline bint _placed_as(object array, LeafKey* key):
     """An ArrayImpl holds the key's very aval, sharding and committed flag,
     and an equal layout where the key has one (~0.2 us: only committed
-    arrays of two or more dimensions pay it, as only they can differ).  A
+    arrays of two or more dimensions pay it, as only they can differ; a key
+    whose layout is not known yet fails, and the leaf's own is adopted).  A
     deleted array passes: running it raises jax's error."""
     return (_AVAL_FIELD.holds(array, key.aval)
             and _SHARDING_FIELD.holds_either(array, key.sharding, key.other_sharding)
             and _COMMITTED_FIELD.holds(array, <PyObject*>_TRUE if key.committed
                                        else <PyObject*>_FALSE)
-            and (key.layout == NULL or _DELETED(array)
-                 or PyObject_RichCompareBool(_LAYOUT_FIELD.read(array), <object>key.layout, Py_EQ)))
+            and (not key.has_layout or _DELETED(array)
+                 or (key.layout != NULL and PyObject_RichCompareBool(
+                     _LAYOUT_FIELD.read(array), <object>key.layout, Py_EQ))))
 
 
 cdef inline bint _leaf_matches(object leaf, LeafKey* key):
@@ -236,9 +239,14 @@ cdef inline bint _same_field(PyObject* a, PyObject* b) except -1:
 cdef bint _same_key(LeafKey* a, LeafKey* b) except -1:
     return (a.kind == b.kind and a.committed == b.committed
             and _same_field(a.aval, b.aval) and _same_placement(a, b)
-            and _same_field(a.layout, b.layout)
+            and _same_layout(a, b)
             and _same_field(a.impl, b.impl) and _same_field(a.py_type, b.py_type)
             and _same_field(a.dtype, b.dtype) and _same_field(a.shape, b.shape))
+
+
+cdef inline bint _same_layout(LeafKey* a, LeafKey* b) except -1:
+    """Equal device layouts, or one not known (keyed from a donated array)."""
+    return a.layout == NULL or b.layout == NULL or _same_field(a.layout, b.layout)
 
 
 cdef bint _same_but_abstract_mesh(object a, object b) except -1:
@@ -310,10 +318,10 @@ cdef void _adopt(LeafKey* key, LeafKey* fresh) noexcept:
     cdef LeafKey old = key[0]
     key.aval, key.sharding, key.impl = fresh.aval, fresh.sharding, fresh.impl
     key.py_type, key.dtype, key.shape = fresh.py_type, fresh.dtype, fresh.shape
-    key.layout = fresh.layout
     fresh.aval, fresh.sharding, fresh.impl = old.aval, old.sharding, old.impl
     fresh.py_type, fresh.dtype, fresh.shape = old.py_type, old.dtype, old.shape
-    fresh.layout = old.layout
+    if fresh.layout != NULL:   # else a deleted leaf's: the known layout stays
+        key.layout, fresh.layout = fresh.layout, old.layout
     if key.kind == LEAF_KEY and old.sharding != NULL and old.sharding != key.sharding:
         Py_INCREF(<object>old.sharding)
         fresh.other_sharding = old.other_sharding
@@ -451,7 +459,7 @@ cdef class CallSignature:
             if _same_key(a, b):
                 continue
             if not (a.kind == b.kind == LEAF_ARRAY and a.committed == b.committed
-                    and _same_placement(a, b) and _same_field(a.layout, b.layout)
+                    and _same_placement(a, b) and _same_layout(a, b)
                     and _same_but_abstract_mesh(<object>a.aval, <object>b.aval)):
                 return False
         return True
