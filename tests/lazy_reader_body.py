@@ -1,4 +1,4 @@
-"""Run by tests/unit/equinox/test_equinox.py in a fresh process: plain ``jit`` given an
+"""Run by tests/unit/equinox/test_function.py in a fresh process: plain ``jit`` given an
 equinox Module loads the equinox front end's field reader by itself."""
 
 

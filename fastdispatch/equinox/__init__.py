@@ -8,7 +8,7 @@ of a function), then given a ``__call__`` in Cython (``_filter.call``): calls
 whose arguments it can key run the executable equinox's jit compiled, directly;
 every other call is equinox's own.  This module is imported only when
 ``filter_jit`` is used, and it is the only one that touches equinox's private
-names, all listed here and tested in tests/unit/equinox/test_equinox.py:
+names, all listed here and tested in tests/unit/equinox/test_function.py:
 
   equinox._jit._JitWrapper               the wrapper Module; FilterJitWrapper subclasses it
   equinox._jit._JitWrapper.__call__, .lower

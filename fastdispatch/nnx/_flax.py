@@ -1,5 +1,5 @@
 """Every private flax name fastdispatch.nnx relies on, here and nowhere else,
-each checked in tests/unit/nnx/test_nnx.py.  flax's public names (``flax.nnx.*``)
+each checked in tests/unit/nnx/test_function.py.  flax's public names (``flax.nnx.*``)
 are used where they are needed.
 
   compilation.jit, JitWrapped, ._get_pure_args_kwargs, ._get_non_pure_out, .jitted_fn

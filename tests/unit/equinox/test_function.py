@@ -288,7 +288,7 @@ def test_a_hand_off_names_the_user_function_in_the_trace():
         f(jnp.ones(2))
     (row,) = t.stats().values()
     assert row["name"] == "test_a_hand_off_names_the_user_function_in_the_trace.<locals>.loss"
-    assert row["location"].endswith(f"test_equinox.py:{loss.__code__.co_firstlineno}")
+    assert row["location"].endswith(f"test_function.py:{loss.__code__.co_firstlineno}")
     assert (row["calls"], row["hits"], row["compiles"]) == (2, 1, 1)
 
 

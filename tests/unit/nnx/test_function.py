@@ -348,7 +348,7 @@ def test_trace_report_names_the_user_function(block):
             jitted(block, X)
     (row,) = t.stats().values()
     assert row["name"] == "forward" and row["location"].endswith(
-        f"test_nnx.py:{forward.__code__.co_firstlineno}"
+        f"test_function.py:{forward.__code__.co_firstlineno}"
     )
     assert (row["calls"], row["hits"], row["compiles"]) == (3, 2, 1)
 
