@@ -134,24 +134,6 @@ def test_signature_describes_arguments_by_name(sink):
     assert repr(sink.calls[0][3]) == "CallSignature(params['w']: f32[2,3], lr: float, batch: i32[4])"
 
 
-def test_static_arguments_in_signature(sink):
-    f = fastdispatch.jit(lambda x, mode: x, static_argnames="mode")
-    f(jnp.ones(1), mode="train")
-    f(jnp.ones(1), mode="eval")
-    assert [describe(call[3]).static for call in sink.calls] == [
-        (("mode", "'train'"),),
-        (("mode", "'eval'"),),
-    ]
-    assert f._cache_size() == 2
-
-
-def test_negative_static_argnums_count_from_the_end():
-    f = fastdispatch.jit(lambda x, n: x * n, static_argnums=-1)
-    assert float(f(jnp.float32(2), 3)) == 6.0
-    assert float(f(jnp.float32(2), 4)) == 8.0
-    assert f._cache_size() == 2
-
-
 def test_every_way_into_a_call_gives_the_same_result(sink):
     f = fastdispatch.jit(lambda x, y=1.0: x * y)
     x = jnp.arange(3.0)
