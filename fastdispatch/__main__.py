@@ -288,9 +288,10 @@ def start_tracing(options):
         if options.trace:
             sys.stderr.write("\n" + t.report())
             if options.warm_start is not None:
+                from fastdispatch.tracing.report import fit_lines
                 from fastdispatch.warm import summary
 
-                sys.stderr.write(summary())
+                sys.stderr.write(fit_lines(summary()))
         if trace_out:
             # Read at exit: the program may have joined jax.distributed since.
             process = _jax.process_of_program()

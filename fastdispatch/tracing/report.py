@@ -2,10 +2,19 @@
 
 from __future__ import annotations
 
+import textwrap
+
 from fastdispatch.tracing.names import PHASES, label, trace_title
 from fastdispatch.tracing.sampler import INTERVAL
 
-__all__ = ["compile_count_message", "format_findings", "format_report", "format_split", "trace_title"]
+__all__ = [
+    "compile_count_message",
+    "fit_lines",
+    "format_findings",
+    "format_report",
+    "format_split",
+    "trace_title",
+]
 
 # A p99 of fewer hits than this says nothing beyond the slowest hit, which the
 # report shows instead (4 hits once gave "6.8 / 3.9 / 4.5": a p99 under the mean).
@@ -32,6 +41,27 @@ DEVICE_NOTE = (
     "  times its calls that ran, in seconds; device-bound when that is at least 80% of the period\n"
     "  (a faster dispatch would not help), else host-bound:"
 )
+
+
+def fit_lines(text: str) -> str:
+    """``text`` with each line over MAX_LINE wrapped at its words, the rest
+    indented two spaces past the line's own indent (for what is printed
+    beside the report, warm start's summary)."""
+    out = []
+    for line in text.split("\n"):
+        indent = " " * (len(line) - len(line.lstrip(" ")))
+        out.append(
+            textwrap.fill(
+                line,
+                MAX_LINE,
+                subsequent_indent=indent + "  ",
+                break_long_words=False,
+                break_on_hyphens=False,
+            )
+            if len(line) > MAX_LINE
+            else line
+        )
+    return "\n".join(out)
 
 
 def format_report(functions, wall_ns, process=None, summary=None):

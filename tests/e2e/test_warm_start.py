@@ -356,6 +356,7 @@ def test_command_line_option(tmp_path):
         rf"warm start \({re.escape(store)}\): 1 loaded( \(1 in the background\))?, 0 missed, 0 written",
         outputs[1].stderr,
     )
+    assert max(len(line) for line in outputs[1].stderr.splitlines()) <= 160
 
 
 def test_several_devices_load_onto_the_executable_s_own(tmp_path):

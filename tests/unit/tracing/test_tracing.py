@@ -591,3 +591,15 @@ def test_outputs_ready_before_the_wait_cost_the_device_nothing_past_the_launch()
     t.stop()
     device = t.function_stats()[0].device()
     assert device["device_us"] == 0 and device["verdict"] == "host-bound"
+
+
+def test_text_beside_the_report_is_fitted_to_its_width():
+    names = ", ".join(f"jit(operation_{i}) x{i}" for i in range(20))
+    text = f"warm start (/tmp/s): 1 loaded\n  57 compiled outside ({names}): eager operations\n  short\n"
+    fitted = report.fit_lines(text)
+    lines = fitted.splitlines()
+    assert max(len(line) for line in lines) <= report.MAX_LINE
+    assert lines[0] == "warm start (/tmp/s): 1 loaded" and lines[-1] == "  short"
+    assert all(line.startswith("    ") for line in lines[2:-1])  # the wrapped line's continuation
+    assert fitted.split() == text.split()  # every word kept, in order
+    assert fitted.endswith("\n")
