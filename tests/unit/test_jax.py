@@ -15,6 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from jax.experimental.layout import Layout
 from subprocess_util import run_in_subprocess
 
 from fastdispatch import _jax
@@ -62,6 +63,10 @@ def test_array_types_and_attributes():
     assert getattr(x, _jax.COMMITTED_ATTR) is False
     committed = jax.device_put(x, jax.devices()[0])
     assert getattr(committed, _jax.COMMITTED_ATTR) is True
+    # The device layout, as jax's own .format reads it; equal layouts compare equal.
+    grid = jax.device_put(jnp.ones((2, 3)), jax.devices()[0])
+    assert Layout.from_pjrt_layout(getattr(grid, _jax.LAYOUT_ATTR)) == grid.format.layout
+    assert getattr(grid, _jax.LAYOUT_ATTR) == getattr(jnp.zeros((2, 3)), _jax.LAYOUT_ATTR)
     key = jax.random.key(0)
     assert type(key) is _jax.KEY_ARRAY_TYPE
     buffer = getattr(key, _jax.KEY_BUFFER_ATTR)  # what the executable takes
