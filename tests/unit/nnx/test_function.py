@@ -1,5 +1,5 @@
-"""fastdispatch.nnx: the private flax names it relies on, the records and their
-guards, and which calls the fast path serves."""
+"""nnx/function.pyx: which calls the fast path serves, on which records, and
+which it leaves to flax."""
 
 import jax
 import jax.numpy as jnp
@@ -10,93 +10,19 @@ from frontends import FLAX_REASON
 
 pytest.importorskip("flax", reason=FLAX_REASON)
 from flax import nnx
-from flax.nnx import extract
-from flax.nnx.transforms import compilation
+from nnx_models import Block, X, forward
 
 import fastdispatch
 from fastdispatch import _reasons
 from fastdispatch import nnx as fnnx
 from fastdispatch.nnx import _flax
 from fastdispatch.nnx import graph as nnx_graph
-from fastdispatch.nnx import record as _record
 from fastdispatch.nnx.flax_call import FlaxCall
-from fastdispatch.nnx.guards import guards as guard_program
 
 
 def outcomes(sink):
     """Each call: "hit", its hand-off reason, or "compile"."""
     return ["hit" if call.hit else call.hand_off or "compile" for call in sink.calls]
-
-
-class Block(nnx.Module):
-    def __init__(self, rngs):
-        self.linear = nnx.Linear(3, 3, rngs=rngs)
-        self.norm = nnx.BatchNorm(3, rngs=rngs)
-        self.scale = jnp.float32(2)  # an array attribute
-
-    def __call__(self, x):
-        return self.norm(self.linear(x)) * self.scale
-
-
-def forward(model, x):
-    return model(x)
-
-
-@pytest.fixture
-def block():
-    """The Block most tests call: a Linear, a BatchNorm, an array attribute."""
-    return Block(nnx.Rngs(0))
-
-
-X = jnp.linspace(0, 1, 12).reshape(4, 3)
-
-
-# -- flax's private names ---------------------------------------------------------------
-
-
-def test_flax_names_used():
-    """Each of fastdispatch.nnx._flax's names is the flax object it stands for."""
-    assert _flax.flax_jit is compilation.jit and _flax.JitWrapped is compilation.JitWrapped
-    assert _flax.NodeStates is extract.NodeStates and _flax.State is nnx.State
-    block = Block(nnx.Rngs(0))
-    wrapped = compilation.jit(forward)
-    assert type(wrapped) is _flax.JitWrapped
-    with _flax.update_context(wrapped):
-        pure_args, pure_kwargs = _flax.split(wrapped, (block, X), {})
-        outputs = wrapped.jitted_fn(*pure_args, **pure_kwargs)
-        out = _flax.merge(wrapped, outputs)
-    np.testing.assert_allclose(out, nnx.jit(forward)(Block(nnx.Rngs(0)), X), rtol=1e-6)
-    assert isinstance(pure_args[0], _flax.NodeStates) and pure_kwargs == {}
-    graphdef = pure_args[0].graphdef
-    assert _flax.same_outer_index(graphdef) == graphdef.with_same_outer_index()
-    kept = _flax.kept(pure_args[0])
-    assert kept.graphdef == _flax.same_outer_index(graphdef) and kept.states is pure_args[0].states
-    assert _flax.GRAPH_CONTEXT.tmp_static_cache is None
-    _, flat = _flax.graph_flatten(block, _flax.RefMap())
-    assert len(flat.leaves) == len(pure_args[0].states[0]) and len(flat.paths) == len(flat.leaves)
-    assert _flax.is_graph_node(block) and not _flax.is_graph_node(X)
-    assert isinstance(_flax.get_node_impl(block), _flax.GraphNodeImpl)
-    assert _flax.node_dict(block)["linear"] is block.linear
-    kernel = block.linear.kernel
-    assert isinstance(kernel, _flax.Variable)
-    assert _record.raw_value(kernel) is kernel.get_raw_value()
-    assert _flax.RAW_VALUE.__get__(kernel) is kernel.get_raw_value()
-    assert _record.metadata(kernel) is _flax.METADATA.__get__(kernel) and not _flax.is_array_ref(kernel)
-    _flax.check_can_update(kernel)
-    assert isinstance(block._pytree__state, _flax.PytreeState)
-    assert all(hasattr(block._pytree__state, flag) for flag in _flax.FLAGS)
-    assert _flax.pytree_nodes(block)["linear"] is True and _flax.pytree_nodes(block) is block._pytree__nodes
-    state = nnx.State({"a": 1})
-    assert _flax.state_mapping(state) is state.raw_mapping
-    assert callable(wrapped.jitted_fn.lower)
-    graphdef, _ = nnx.split(block)
-    assert isinstance(graphdef, _flax.GraphDef) and isinstance(graphdef.nodes[0], _flax.NodeDef)
-    assert any(isinstance(attribute, _flax.NodeAttr) for _, attribute in graphdef.attributes)
-    assert any(isinstance(attribute, _flax.Static) for _, attribute in graphdef.attributes)
-    assert any(str(key).startswith(_flax.BOOKKEEPING) for key, _ in graphdef.attributes)
-
-
-# -- records and guards ---------------------------------------------------------------
 
 
 def test_steady_state_calls_take_the_fast_path(sink, block):
@@ -348,20 +274,9 @@ def test_trace_report_names_the_user_function(block):
             jitted(block, X)
     (row,) = t.stats().values()
     assert row["name"] == "forward" and row["location"].endswith(
-        f"test_function.py:{forward.__code__.co_firstlineno}"
+        f"nnx_models.py:{forward.__code__.co_firstlineno}"
     )
     assert (row["calls"], row["hits"], row["compiles"]) == (3, 2, 1)
-
-
-def test_guard_kinds_are_the_ones_flax_split_visits():
-    model = Block(nnx.Rngs(0))
-    optimizer = nnx.Optimizer(model, optax.adam(1e-3), wrt=nnx.Param)
-    guards = guard_program([model, optimizer])
-    kinds = {type(guard).__name__ for guard in guards}
-    assert kinds == {"NodeGuard", "DictGuard", "VariableGuard", "FlagsGuard"}
-    assert all(guard.holds_now() for guard in guards)
-    model.eval()
-    assert not all(guard.holds_now() for guard in guards)
 
 
 class History(nnx.Module):
@@ -398,20 +313,6 @@ def test_a_graph_no_record_serves_goes_to_flax_without_splitting_each_call(sink,
     # unsplit, but every 64th.
     assert len(built) == 1 and len(splits) == 4
     assert set(outcomes(sink)) == {_reasons.ARRAY_IN_CONTAINER}
-
-
-class WithActivation(nnx.Module):
-    def __init__(self, rngs, act):
-        self.linear = nnx.Linear(2, 2, rngs=rngs)
-        self.act = act
-
-
-def test_graph_attributes_read_a_graphdef_by_attribute_path():
-    graphdef, _ = nnx.split(WithActivation(nnx.Rngs(0), jax.nn.relu))
-    found = fnnx.graph_attributes(graphdef)
-    assert found[()] is WithActivation and found[("linear",)] is nnx.Linear
-    assert found[("act",)] is jax.nn.relu
-    assert not any(str(key).startswith("_pytree__") for path in found for key in path)
 
 
 # -- explicit-sharding meshes (2 CPU devices, in a subprocess) ------------------------
