@@ -16,7 +16,7 @@ import jax.tree_util as jtu
 import numpy as np
 from hypothesis import strategies as st
 
-from fastdispatch.core.pytree import leaf_paths
+from fastdispatch.core.pytree import flatten, leaf_paths
 
 # -- registered and native node types ------------------------------------------------
 
@@ -131,6 +131,11 @@ def scale(x, factor=1.0):
 
 
 # -- the corpus ---------------------------------------------------------------------
+
+
+def treedef(tree):
+    """fastdispatch's TreeDef of ``tree``."""
+    return flatten(tree)[1]
 
 
 def leaf_examples() -> list:

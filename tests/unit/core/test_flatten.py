@@ -12,14 +12,11 @@ import jax.tree_util as jtu
 import numpy as np
 import pytest
 import treecases
+from treecases import treedef
 
-from fastdispatch.core.pytree import TreeDef, flatten
+from fastdispatch.core.pytree import flatten
 
 CASES = treecases.cases()
-
-
-def treedef(tree) -> TreeDef:
-    return flatten(tree)[1]
 
 
 # -- every node kind matches jax ----------------------------------------------------

@@ -6,13 +6,9 @@ from __future__ import annotations
 import jax.tree_util as jtu
 import pytest
 import treecases
+from treecases import treedef
 
-from fastdispatch.core.pytree import TreeDef, first_difference, flatten, leaf_paths
-
-
-def treedef(tree) -> TreeDef:
-    return flatten(tree)[1]
-
+from fastdispatch.core.pytree import first_difference, flatten, leaf_paths
 
 # -- paths, differences, conversion -------------------------------------------------
 

@@ -9,12 +9,9 @@ import jax.numpy as jnp
 import jax.tree_util as jtu
 import numpy as np
 import treecases
+from treecases import treedef
 
-from fastdispatch.core.pytree import TreeDef, flatten, leaf_paths
-
-
-def treedef(tree) -> TreeDef:
-    return flatten(tree)[1]
+from fastdispatch.core.pytree import flatten, leaf_paths
 
 
 def jax_paths(tree) -> list:

@@ -8,14 +8,11 @@ import pickle
 import jax.tree_util as jtu
 import pytest
 import treecases
+from treecases import treedef
 
 from fastdispatch.core.pytree import TreeDef, flatten, unflatten
 
 CASES = treecases.cases()
-
-
-def treedef(tree) -> TreeDef:
-    return flatten(tree)[1]
 
 
 @pytest.mark.parametrize("name, tree", CASES, ids=[name for name, _ in CASES])
