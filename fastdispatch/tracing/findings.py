@@ -159,6 +159,9 @@ def wall_split(functions, wall_ns, tally, start_up_ns=0) -> dict:
         "rest": max(rest, 0.0),
         # Overlapping the above: the device's time past the launches, from the sampled calls.
         "device_work": min(_device_work(functions), wall_ns / 1e9),
+        # Inside the above: Python's garbage collector, and its collections by generation.
+        "garbage_collection": tally.gc_seconds() if tally is not None else None,
+        "gc_collections": list(tally.gc_collections) if tally is not None else None,
     }
 
 

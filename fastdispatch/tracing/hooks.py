@@ -43,6 +43,7 @@ times of the same jax function (0 until there is one).
 
 from __future__ import annotations
 
+import gc
 import sys
 import threading
 import time
@@ -90,6 +91,9 @@ class Tally:
         self.compile_seconds = dict.fromkeys(_jax.COMPILE_PHASE_EVENTS.values(), 0.0)
         # jax's persistent cache: compiles that asked it, that it served, written to it
         self.jax_cache = dict.fromkeys(_jax.JAX_CACHE_EVENTS.values(), 0)
+        # Python's garbage collector: its time, and its collections by generation
+        self.gc_ns = 0
+        self.gc_collections = [0, 0, 0]
 
     def add(self, table, key, ns):
         entry = table.get(key)
@@ -112,6 +116,9 @@ class Tally:
         function_key = self.key_of(function_id)
         if function_key is not None:
             self.add(self.sync_owners.setdefault(key, {}), function_key, ns)
+
+    def gc_seconds(self):
+        return self.gc_ns / 1e9
 
     def sync_seconds(self):
         return sum(ns for _, ns in self.syncs.values()) / 1e9
@@ -419,6 +426,25 @@ def _jax_cache_event(event, **kwargs):
             tally.jax_cache[kind] += 1
 
 
+# When the collection under way began (collections never nest: the GIL holds them).
+_gc_began = 0
+
+
+def _gc_event(phase, info):
+    """gc.callbacks: each collection's time, in whatever phase it fell (the
+    allocations of a call, an eager op or the program's own code start it)."""
+    global _gc_began
+    now = time.perf_counter_ns()
+    if phase == "start":
+        _gc_began = now
+        return
+    if _gc_began:
+        ns, _gc_began = now - _gc_began, 0
+        for tally in _tallies:
+            tally.gc_ns += ns
+            tally.gc_collections[info["generation"]] += 1
+
+
 def install(tally):
     """Start counting into ``tally`` (hooks go in with the first tally)."""
     _tallies.append(tally)
@@ -434,6 +460,7 @@ def install(tally):
     _jax.observe_jit_python_path(_python_path)
     jax.monitoring.register_event_duration_secs_listener(_compile_phase)
     jax.monitoring.register_event_listener(_jax_cache_event)
+    gc.callbacks.append(_gc_event)
 
 
 def uninstall(tally):
@@ -454,3 +481,5 @@ def uninstall(tally):
     _fast_path_ns.clear()
     jax.monitoring.unregister_event_duration_listener(_compile_phase)
     jax.monitoring.unregister_event_listener(_jax_cache_event)
+    if _gc_event in gc.callbacks:
+        gc.callbacks.remove(_gc_event)

@@ -211,6 +211,13 @@ def format_split(split, wall_seconds):
             f"  device work of compiled calls, estimated: {device:.3f} s ({share:.1f}%), "
             f"which host syncs and launches wait for"
         )
+    collector = split.get("garbage_collection")
+    if collector and wall_seconds:
+        counts = split["gc_collections"]
+        lines.append(
+            f"  Python's garbage collector, inside the phases above: {collector:.3f} s "
+            f"({100 * collector / wall_seconds:.1f}%), {sum(counts)} collections, {counts[2]} of them full"
+        )
     return lines
 
 

@@ -252,3 +252,25 @@ def test_compiles_for_the_warm_start_store_are_not_the_program_s(tally):
     assert tally.compile_seconds["XLA"] == 0
     lowered.compile()  # the program's own compile counts
     assert tally.compile_seconds["XLA"] > 0
+
+
+def test_the_garbage_collector_s_time_is_counted_while_installed():
+    import gc
+
+    t = hooks.Tally()
+    hooks.install(t)
+    try:
+        cycles = []
+        for _ in range(1000):
+            node = []
+            node.append(node)  # a cycle: only the collector frees it
+            cycles.append(node)
+        del cycles
+        gc.collect()
+    finally:
+        hooks.uninstall(t)
+    assert t.gc_collections[2] >= 1 and t.gc_ns > 0
+    before = (t.gc_ns, list(t.gc_collections))
+    gc.collect()  # uninstalled: not counted
+    assert (t.gc_ns, t.gc_collections) == before
+    assert hooks._gc_event not in gc.callbacks

@@ -603,3 +603,27 @@ def test_text_beside_the_report_is_fitted_to_its_width():
     assert all(line.startswith("    ") for line in lines[2:-1])  # the wrapped line's continuation
     assert fitted.split() == text.split()  # every word kept, in order
     assert fitted.endswith("\n")
+
+
+def test_the_split_says_what_the_garbage_collector_took():
+    split = {
+        "start_up": 1.0,
+        "compiled_calls": 2.0,
+        "compiling": 0.5,
+        "compile_phases": {},
+        "jax_cache": None,
+        "eager_ops": 0.25,
+        "host_syncs": 0.25,
+        "rest": 1.0,
+        "device_work": None,
+        "garbage_collection": 0.5,
+        "gc_collections": [120, 10, 2],
+    }
+    lines = report.format_split(split, 5.0)
+    assert lines[-1] == (
+        "  Python's garbage collector, inside the phases above: 0.500 s (10.0%), "
+        "132 collections, 2 of them full"
+    )
+    assert not any(
+        "garbage" in line for line in report.format_split(dict(split, garbage_collection=0.0), 5.0)
+    )
