@@ -356,7 +356,10 @@ def test_command_line_option(tmp_path):
         rf"warm start \({re.escape(store)}\): 1 loaded( \(1 in the background\))?, 0 missed, 0 written",
         outputs[1].stderr,
     )
-    assert max(len(line) for line in outputs[1].stderr.splitlines()) <= 160
+    # The report's lines and the summary's (not jaxlib's own log lines, which
+    # jax 0.8 writes when it loads an executable compiled for other CPU features).
+    report = outputs[1].stderr[outputs[1].stderr.index("fastdispatch trace:") :]
+    assert max(len(line) for line in report.splitlines() if not re.match(r"[EWIF]\d{4} ", line)) <= 160
 
 
 def test_several_devices_load_onto_the_executable_s_own(tmp_path):
