@@ -1,4 +1,5 @@
-"""What happens between compiled calls: host syncs, eager jax operations, compiles.
+"""What happens between compiled calls: host syncs, eager jax operations, compiles,
+the garbage collector.
 
 Installed only while ``python -m fastdispatch --trace`` runs (``install`` /
 ``uninstall``); without it nothing here is imported.  No public function of
@@ -22,6 +23,8 @@ anything else, one with no reverse-mode rule).  While installed:
   thread's own once jax sets that (a ``jax.debug_nans`` block, which jax's
   gradient of ``relu`` enters): ours again, calling jax's.
 - compile phases: jax.monitoring's durations of tracing, lowering and XLA.
+- Python's garbage collector: each collection's time (``gc.callbacks``),
+  wherever an allocation started it.
 
 Each event is counted once, at its outermost hook (an eager op that reads
 an array is one eager op), by the user's file and line (``sites.user_frame``);
