@@ -6,7 +6,7 @@ What a user who reruns a program compares: each program of bench/programs
     jax cache   stock python, jax's persistent compilation cache warm (a)
     fd warm     python -m fastdispatch --warm-start STORE, the store warm (b)
                 (jax's own cache on underneath it, as warm start sets it up)
-    no cache    stock python, no cache (context)
+    no cache    stock python, no cache (context; not with --quick)
 
 Both caches are filled by one untimed run each first; then the modes run in
 turns, the order alternating, a few repeats.  Two numbers per run:
@@ -21,8 +21,9 @@ turns, the order alternating, a few repeats.  Two numbers per run:
 * the time to the first step's start (imports, start-up, the model made).
 
 Medians over the repeats; b/a for both (targets: wall <= 1.0, first step
-<= 0.35 where the step can be described).  One more untimed warm run prints
-warm start's summary at its exit: the store's counts and reasons, for the notes.
+<= 0.35 where the step can be described).  The warm runs print warm start's
+summary at their exit (the store's counts and reasons, for the notes); the
+last one's is kept.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from .whole_programs import PROGRAMS_DIR, find_programs, selected, table
 FULL = (5, 200)  # five: a 2.5 s program wanders by 5% from run to run on a shared machine
 QUICK = (1, 100)
 MODES = ("jax cache", "fd warm", "no cache")
+QUICK_MODES = MODES[:2]  # the two compared; the third is context
 TIMEOUT_S = 900
 _FIRST_STEP = re.compile(r"^step 1\b")
 _STEPS_BEGIN = re.compile(r"^training \d+ steps$")
@@ -108,17 +110,17 @@ def _children_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def bench_program(name: str, directory: str, repeats: int, steps: int) -> dict:
-    """One program's row: samples per mode, then their medians and ratios."""
+def bench_program(name: str, directory: str, repeats: int, steps: int, modes: tuple = MODES) -> dict:
+    """One program's row: samples per mode (of ``modes``), then their medians and ratios."""
     path = os.path.join(directory, name + ".py")
     cwd = os.getcwd()
     args = [path, "--steps", str(steps)]
-    samples = {mode: [] for mode in MODES}
+    samples = {mode: [] for mode in modes}
     with tempfile.TemporaryDirectory(prefix="fd-programs-warm-") as scratch:
         store = os.path.join(scratch, "store")
         launchers = {
             "jax cache": ([sys.executable], jax_cache_environment(os.path.join(scratch, "jax-cache"))),
-            "fd warm": (warm_start_argv(store), clean_environment()),
+            "fd warm": (warm_start_argv(store), report_environment(scratch)),
             "no cache": ([sys.executable], clean_environment()),
         }
         for mode in ("jax cache", "fd warm"):  # fill both caches, untimed
@@ -128,7 +130,7 @@ def bench_program(name: str, directory: str, repeats: int, steps: int) -> dict:
                 return {"program": name, "error": run["error"], "samples": samples}
         stdout = {}
         for r in range(repeats):
-            order = MODES if r % 2 == 0 else MODES[::-1]
+            order = modes if r % 2 == 0 else modes[::-1]
             for mode in order:
                 launcher, env = launchers[mode]
                 run = run_timed([*launcher, *args], cwd, env, f"{name}, {mode}")
@@ -136,9 +138,9 @@ def bench_program(name: str, directory: str, repeats: int, steps: int) -> dict:
                     return {"program": name, "error": run["error"], "samples": samples}
                 samples[mode].append({key: run[key] for key in ("wall_s", "first_s", "begin_s", "cpu_s")})
                 stdout.setdefault(mode, run["stdout"])
-        env = report_environment(scratch)
-        reported = run_timed([*warm_start_argv(store), *args], cwd, env, f"{name}, report")
-    return summarize(name, samples, stdout, store_lines(reported.get("stderr", "")))
+                if mode == "fd warm":
+                    store_summary = store_lines(run["stderr"])
+    return summarize(name, samples, stdout, store_summary)
 
 
 # Prints warm start's summary (the --trace report's last part) when a run
@@ -159,7 +161,7 @@ atexit.register(_summary)
 
 def report_environment(scratch: str) -> dict:
     """The clean environment, with a sitecustomize that prints warm start's
-    summary to stderr at exit."""
+    summary to stderr at exit (after the program's work: not in its timings)."""
     site = os.path.join(scratch, "site")
     os.makedirs(site, exist_ok=True)
     with open(os.path.join(site, "sitecustomize.py"), "w") as f:
@@ -182,15 +184,15 @@ def store_lines(stderr: str) -> list[str]:
 
 
 def summarize(name: str, samples: dict, stdout: dict, store: list[str]) -> dict:
-    wall = {mode: statistics.median(s["wall_s"] for s in samples[mode]) for mode in MODES}
-    firsts = {mode: [s["first_s"] for s in samples[mode] if s["first_s"] is not None] for mode in MODES}
+    wall = {mode: statistics.median(s["wall_s"] for s in samples[mode]) for mode in samples}
+    firsts = {mode: [s["first_s"] for s in samples[mode] if s["first_s"] is not None] for mode in samples}
     first = {mode: statistics.median(values) if values else None for mode, values in firsts.items()}
-    begins = {mode: [s.get("begin_s") for s in samples[mode]] for mode in MODES}
+    begins = {mode: [s.get("begin_s") for s in samples[mode]] for mode in samples}
     begin = {
         mode: statistics.median(values) if values and None not in values else None
         for mode, values in begins.items()
     }
-    cpus = {mode: [s.get("cpu_s") for s in samples[mode]] for mode in MODES}
+    cpus = {mode: [s.get("cpu_s") for s in samples[mode]] for mode in samples}
     cpu = {
         mode: statistics.median(values) if values and None not in values else None
         for mode, values in cpus.items()
@@ -220,7 +222,7 @@ def format_table(rows: list[dict], repeats: int, steps: int) -> str:
     head += [f"{mode} first s" for mode in MODES] + ["b/a first"]
 
     def cells_of(row, notes):
-        firsts = [row["first_s"][mode] for mode in MODES]
+        firsts = [row["first_s"].get(mode) for mode in MODES]
         begins = [row.get("begin_s", {}).get(mode) for mode in ("jax cache", "fd warm")]
         # *: no `training` line; its first step is timed from its process's start.
         mark = "" if None not in begins else "*"
@@ -229,7 +231,7 @@ def format_table(rows: list[dict], repeats: int, steps: int) -> str:
         if not row["same_output"]:
             notes.append(f"{row['program']}: stdout differs between the modes")
         return [
-            *(f"{row['wall_s'][mode]:.2f}" for mode in MODES),
+            *("-" if mode not in row["wall_s"] else f"{row['wall_s'][mode]:.2f}" for mode in MODES),
             f"{row['wall_ratio']:.2f}",
             "-" if row.get("cpu_ratio") is None else f"{row['cpu_ratio']:.2f}",
             *("-" if value is None else f"{value:.2f}" for value in begins),
@@ -256,13 +258,14 @@ def main(quick: bool, only: str | None, json_path: str | None, header: str) -> i
     if names is None:
         return 2
     repeats, steps = QUICK if quick else FULL
+    modes = QUICK_MODES if quick else MODES
     print(header, flush=True)
     print(f"programs from {directory}", flush=True)
     compile_package_bytecode()
     rows = []
     for name in names:
         print(f"  running {name} ...", file=sys.stderr, flush=True)
-        rows.append(bench_program(name, directory, repeats, steps))
+        rows.append(bench_program(name, directory, repeats, steps, modes))
     print("\nprograms rerun with warm caches: jax's persistent cache against warm start")
     print(format_table(rows, repeats, steps))
     if json_path:

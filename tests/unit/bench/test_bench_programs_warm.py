@@ -58,3 +58,15 @@ def test_rows_give_the_ratios_against_jax_cache():
     stdout["fd warm"] = "other\n"
     differs = programs_warm.summarize("p", samples, stdout, ["x"])
     assert "stdout differs" in programs_warm.format_table([differs], 1, 1)
+
+
+def test_a_quick_row_has_no_uncached_column():
+    samples = {
+        "jax cache": [{"wall_s": 4.0, "first_s": 2.0, "begin_s": 1.5, "cpu_s": 2.0}],
+        "fd warm": [{"wall_s": 2.0, "first_s": 0.2, "begin_s": 1.5, "cpu_s": 1.0}],
+    }
+    stdout = dict.fromkeys(programs_warm.QUICK_MODES, "step 1\n")
+    row = programs_warm.summarize("prog", samples, stdout, ["1 loaded"])
+    assert "no cache" not in row["wall_s"] and (row["wall_ratio"], row["first_ratio"]) == (0.5, 0.1)
+    cells = programs_warm.format_table([row], 1, 100).splitlines()[2].split()
+    assert cells[:4] == ["prog", "4.00", "2.00", "-"]
