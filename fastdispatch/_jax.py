@@ -132,6 +132,8 @@ Private names used, all read here only:
   jax._src.core.Primitive, the globals of jax's modules
                                           the primitives jax itself defines (warm start
                                           keys only programs of those by their jaxpr)
+  jax._src.lax.lax._convert_element_type  a value made weakly typed, as a Python scalar
+                                          argument is (packed host leaves, core/packing.pyx)
 """
 
 from __future__ import annotations
@@ -538,6 +540,26 @@ def executable_parts(compiled) -> ExecutableParts:
         call.keepalive,
         bool(ordered or call.has_unordered_effects or call.has_host_callbacks),
     )
+
+
+def output_description(compiled) -> tuple:
+    """(whether its outputs are committed, their avals, their shardings) of a
+    Compiled that executable_parts accepts: what makes two executables' results
+    alike (packed host leaves compare their variant's with the entry's)."""
+    executable = compiled._executable
+    unloaded = executable._unloaded_executable
+    handler = executable.unsafe_call.out_handler
+    committed = True if unloaded is None else unloaded.committed
+    return committed, tuple(handler.out_avals), tuple(handler.out_shardings)
+
+
+_CONVERT_ELEMENT_TYPE = _need("jax._src.lax.lax", "_convert_element_type")
+
+
+def weakly_typed(value):
+    """``value`` (a traced array) as a weakly typed one of its dtype: what a
+    Python scalar argument is inside jax.jit's trace."""
+    return _CONVERT_ELEMENT_TYPE(value, value.dtype, weak_type=True)
 
 
 def _key_result_handler(aval, sharding, committed):

@@ -28,6 +28,7 @@ from collections.abc import Callable
 import jax
 import numpy as np
 
+from ..core import packing
 from .raw import raw_runner
 from .workload import Raised, Workload, quiet_stdout, raised
 
@@ -157,6 +158,7 @@ def _run_checked(w: Workload, impls: list[Impl], repeats: int, target_s: float, 
         except Exception as e:
             result.skipped[name] = f"warm-up {_raised(e)}"
             del loops[name]
+    packing.wait_for_packing()  # the steady state: an entry's packed variant compiled (accelerators)
     gc.collect()
     result.samples = time_interleaved(loops, n, repeats)
 

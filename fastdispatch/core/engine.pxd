@@ -145,6 +145,7 @@ cdef class Engine:
     cdef str memo_reason
     cdef unsigned int memo_repeats
     cdef CallSignature memo_signature      # the leaves it took, as --trace reports them
+    cdef CacheEntry memo_entry             # the entry of those leaves, or None
     cdef unsigned long long watched_launches   # launches --trace watched (its device sampling)
 
     # The steps, in the order a call takes them (each returns why the library
@@ -156,6 +157,8 @@ cdef class Engine:
     cdef str execute(self, Call* call, Found* found, CallTimes* times)
     cdef void remember_hand_off(self, object like, str reason, CallSignature signature)
     cdef str handed_off_again(self, Found* found)
+    # Compile an entry's packed variant (core/packing.pyx), from the call's trace.
+    cdef void start_packing(self, Call* call, CacheEntry entry)
 
     # The front end's hooks.
     cdef str parse(self, Call* call, Found* found, CallTimes* times)
@@ -169,6 +172,7 @@ cdef class Engine:
     cdef void guard_passed(self, Call* call, PreviousCall previous, list leaves)
     cdef void handed_off(self, Call* call, CacheEntry entry, str reason)
     cdef object returned(self, Call* call, object out)
+    cdef object traced(self, Call* call)
 
 
 # Give a final Engine subclass Python's vectorcall (PEP 590): its calls go

@@ -49,6 +49,7 @@ from contextlib import nullcontext
 
 from fastdispatch import _jax
 from fastdispatch import _reasons
+from fastdispatch.core import packing
 
 # jax's thread-local trace state: the holder, the attribute that holds it, and
 # its value with no transformation tracing (which attribute: _jax, by jax version).
@@ -211,6 +212,7 @@ cdef class Engine:
         cdef CallTimes times
         cdef Found found
         cdef CompiledFunctionCache lru
+        cdef CacheEntry entry, pack_entry = None
         memset(&found, 0, sizeof(Found))
         span = start_watch(&times, _watchers, self.span_name)
         try:
@@ -232,7 +234,14 @@ cdef class Engine:
                     lru = self.executables.shared
                     lru.clock += 1
                     lru.hits += 1
-                    (<CacheEntry>found.entry).last_used = lru.clock
+                    entry = <CacheEntry>found.entry
+                    entry.last_used = lru.clock
+                    if entry.executable is not None and entry.executable.pack_countdown >= 0:
+                        if entry.executable.pack_countdown > 0:
+                            entry.executable.pack_countdown -= 1
+                        if entry.executable.pack_countdown == 0:
+                            entry.executable.pack_countdown = -1
+                            pack_entry = entry   # its packing starts once this call is done
                 if reason is None and found.out == NULL:
                     reason = self.execute(call, &found, &times)
             finally:
@@ -264,9 +273,22 @@ cdef class Engine:
                 # After the call's spans: the wait for its outputs is not the call's.
                 sample_device(call.function, &times, <object>found.sample, &self.watched_launches)
             _release(&found)
+        if pack_entry is not None:
+            self.start_packing(call, pack_entry)
         if _post_hooks:
             return self.returned(call, out)
         return out
+
+    cdef void start_packing(self, Call* call, CacheEntry entry):
+        """The entry's calls bring host leaves, one transfer each: have its
+        packed variant compiled in the background from the call's trace (the
+        front end's, jax's cached one), to take them in one."""
+        try:
+            traced = self.traced(call)
+            if traced is not None:
+                packing.start(traced, entry.executable.pack_plan, entry.executable.install_packed)
+        except Exception:
+            pass   # the entry stays as it was
 
     cdef str find(self, Call* call, Found* found, CallTimes* times):
         """The entry of the call's leaves and static parts: by the guard, or
@@ -420,6 +442,7 @@ cdef class Engine:
         self.memo_reason = reason
         self.memo_repeats = 0
         self.memo_signature = signature
+        self.memo_entry = None if signature is None else self.executables.find(signature)
 
     cdef str handed_off_again(self, Found* found):
         """A call the front end finds alike the one handed off: the reason to
@@ -429,6 +452,16 @@ cdef class Engine:
         self.memo_repeats += 1
         if not self.memo_repeats & 63:
             return None
+        cdef CacheEntry entry = self.memo_entry
+        if entry is not None and entry.executable is not None:
+            if entry.executable.packed is not None:
+                return None   # its packed variant takes such calls now: the whole way
+            if entry.executable.pack_countdown > 0:
+                # The entry's calls count toward its packed variant here too;
+                # the call that ends the count goes the whole way, which starts it.
+                entry.executable.pack_countdown -= 1
+                if entry.executable.pack_countdown == 0:
+                    return None
         if self.memo_signature is not None:
             keep(&found.signature, self.memo_signature)
         return self.memo_reason
@@ -489,6 +522,11 @@ cdef class Engine:
         """The output, after the call's post hook (jit's); called only while
         a post hook is set."""
         return out
+
+    cdef object traced(self, Call* call):
+        """The library's trace of the call (a jax.stages.Traced), for an
+        entry's packed variant; None: this front end's entries never pack."""
+        return None
 
     # -- what a front end hands the tools ------------------------------------
 

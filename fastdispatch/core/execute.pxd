@@ -1,6 +1,7 @@
 # The execute layer: one compiled executable, run straight through PjRt.
 cimport cython
 from cpython.object cimport PyObject
+from fastdispatch.core.packing cimport Packed
 from fastdispatch.core.pytree.treedef cimport TreeDef
 from fastdispatch.core.signature cimport CallSignature, LeafKind
 
@@ -69,6 +70,11 @@ cdef class Executable:
     cdef object keepalive              # what the host callbacks need kept alive
     cdef bint calls_host               # it runs Python on the host (callbacks, effects)
     cdef bint paced                    # a launch on several CPU devices: see _pace
+    # Host leaves in one transfer (core/packing.pyx): the engine counts calls
+    # down, then has the variant compiled; it serves once installed.
+    cdef readonly object pack_plan     # a packing.PackPlan, or None: its calls never pack
+    cdef public Py_ssize_t pack_countdown   # calls left before the variant is compiled; -1: none
+    cdef readonly Packed packed        # the variant, once it serves; else None
 
     # The flat outputs (a list) of one call on its flat leaves, or a HandOff
     # when the library must run it after all (see Inputs.prepare).  With

@@ -39,6 +39,7 @@ import numpy as np
 
 from fastdispatch import _jax, _reasons
 from fastdispatch._reasons import MustHandOff
+from fastdispatch.core import packing
 
 cnp.import_array()
 
@@ -426,6 +427,19 @@ cdef class Executable:
 
     cdef object run(self, object leaves, long long* launched):
         cdef object buffers = leaves   # every leaf an array the executable keeps
+        if self.packed is not None and not (
+                self.inputs.reuse_host_buffers and self.inputs.host_repeats(PySequence_Fast_ITEMS(leaves))):
+            # Host leaves that changed: one transfer (bytes that repeat need none).
+            try:
+                outputs = self.packed.run(leaves)
+            except _RuntimeError as error:
+                if _any_deleted(leaves):
+                    return _DELETED_INPUT
+                raise _as_jit_error(error, False)
+            if outputs is not None:
+                if launched != NULL:
+                    launched[0] = now_ns()
+                return outputs
         if not self.inputs.as_is:
             buffers = self.inputs.prepare(leaves)
             if type(buffers) is HandOff:
@@ -446,6 +460,15 @@ cdef class Executable:
         if launched != NULL:
             launched[0] = now_ns()
         return outputs
+
+    def install_packed(self, Packed packed):
+        """Serve calls through ``packed`` from now on (packing.start's thread
+        calls it): their host leaves go in one transfer, never to jax.jit."""
+        self.packed = packed
+        cdef Inputs inputs = self.inputs
+        inputs.host_hand_off = inputs.later_host_hand_off = False
+        inputs.new_scalars_hand_off = inputs.later_scalars_hand_off = False
+        inputs.calls_before_hand_off = NEVER_HAND_OFF
 
     def memory_bytes(self):
         """The device memory this executable holds, by XLA's memory analysis
@@ -607,7 +630,38 @@ cdef Executable make_executable(object compiled, CallSignature signature, list l
     executable.keepalive = parts.keepalive
     executable.calls_host = parts.calls_host
     executable.paced = len(parts.devices) > 1 and parts.devices[0].platform == "cpu"
+    executable.pack_plan = None
+    executable.pack_countdown = -1
+    if num_host + num_scalars >= 2 and not donates and not parts.with_tokens and len(parts.devices) == 1:
+        executable.pack_plan = _plan_packing(compiled, parts, signature, host_inputs)
+        if executable.pack_plan is not None:
+            executable.pack_countdown = max(1, packing.PACK_AFTER_CALLS)
     return executable
+
+
+cdef object _plan_packing(object compiled, object parts, CallSignature signature, list host_inputs):
+    """packing.plan's reading of an entry: which leaves are host values (kept
+    or not), and what its executable expects of the others."""
+    kept = {index: j for j, index in enumerate(parts.kept)}
+    host, others, unkept_host = [], [], []
+    cdef Py_ssize_t index
+    cdef LeafKind kind
+    for index in range(signature.num_leaves):
+        kind = signature.keys[index].kind
+        j = kept.get(index)
+        if kind == LEAF_HOST or kind == LEAF_SCALAR:
+            if j is None:
+                unkept_host.append(index)
+            else:
+                spec = host_inputs[j]
+                if len(spec.devices) != 1:
+                    return None
+                host.append((index, parts.in_avals[j], kind == LEAF_SCALAR, spec.cast))
+        else:
+            others.append((index, None if j is None else parts.in_shardings[j], kind == LEAF_KEY))
+    first = next(spec for spec in host_inputs if spec is not None)
+    return packing.plan(host, others, unkept_host, parts.devices[0], first.sharding, signature.num_leaves,
+                        _jax.output_description(compiled))
 
 
 # -- Outputs: how the flat outputs become the call's result -----------------

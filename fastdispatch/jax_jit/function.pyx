@@ -432,6 +432,10 @@ cdef class CompiledFunction(Engine):
         if reason is _HOST_DATA or reason is _NEW_SCALAR:
             self.remember_hand_off(shape_of(call), reason, entry.signature)
 
+    cdef object traced(self, Call* call):
+        """jax.jit's trace of the call: cached, as jax.jit ran one like it."""
+        return self._jitted.trace(*call_args(call), **call_kwargs(call))
+
     cdef object returned(self, Call* call, object out):
         """The post hook (post_hook.py), while one is set."""
         call_post_hook(self, call_args(call), call_kwargs(call), out)

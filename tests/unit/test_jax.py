@@ -780,3 +780,18 @@ def check_jax_cache_unwritten(cache_dir):
 def test_jax_cache_unwritten_keeps_this_threads_compiles_out_of_jaxs_cache(tmp_path):
     # jax's cache settings are the process's: a fresh one.
     run_in_subprocess(check_jax_cache_unwritten, str(tmp_path), n_devices=1, timeout=120)
+
+
+def test_weakly_typed_makes_a_traced_value_weak_as_a_python_scalar_is():
+    out = jax.jit(lambda x: _jax.weakly_typed(x))(jnp.float32(2.0))
+    assert out.weak_type and out.dtype == jnp.float32
+    assert (
+        jax.jit(lambda x: _jax.weakly_typed(x) * jnp.int32(3)).eval_shape(jnp.float32(1))
+    ).dtype == jnp.float32
+
+
+def test_output_description_is_what_makes_two_executables_results_alike():
+    compiled = jax.jit(lambda x, s: (x * s, s)).lower(jnp.ones(3), 2.0).compile()
+    committed, avals, shardings = _jax.output_description(compiled)
+    assert committed is False and [a.weak_type for a in avals] == [False, True]
+    assert len(shardings) == 2 and all(s.is_fully_replicated for s in shardings)
