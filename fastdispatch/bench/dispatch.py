@@ -741,7 +741,8 @@ WORKLOADS = [
         lambda: (_numpy_pairs()[0], {}),
         loop=new_numpy_pairs,
         hand_off="numpy arguments",
-        note=f"'numpy arguments': {_HAND_OFF_NOTE}; {NUMPY_VARIANTS} pairs in turn; "
+        note=f"'numpy arguments': on the CPU {_HAND_OFF_NOTE}; on an accelerator both go in one transfer "
+        f"once the entry's packed variant is compiled (core/packing.pyx); {NUMPY_VARIANTS} pairs in turn; "
         "raw limit puts both on the device each call",
     ),
     Workload(
