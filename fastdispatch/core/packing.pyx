@@ -43,6 +43,9 @@ cnp.import_array()
 PACKED_PLATFORMS = frozenset({"tpu", "gpu", "cuda", "rocm"})
 # Calls of an entry before its variant is compiled: a loop, not a one-off call.
 PACK_AFTER_CALLS = 16
+# The most bytes a call's packed leaves take: a transfer's fixed cost is what
+# packing saves, and larger data costs its copy into the pack besides.
+PACK_MAX_BYTES = 1 << 20
 # dtype kinds whose bytes bitcast back on the device: bool, ints, floats
 # (bfloat16 and the float8s are numpy kind "V": named below).
 _PACKED_KINDS = frozenset("biuf")
@@ -69,6 +72,8 @@ PackPlan = namedtuple("PackPlan", "slots num_bytes others unkept_host device sha
 # Compiles running now, for wait_for_packing.
 cdef set _running = set()
 cdef object _running_lock = threading.Lock()
+# .compiling: this thread compiles a variant (--trace leaves it out: not the program's).
+cdef object _local = threading.local()
 
 
 def packable_dtype(dtype) -> bool:
@@ -94,6 +99,8 @@ def plan(host, others, unkept_host, device, sharding, num_leaves, description):
         nbytes = dtype.itemsize * int(np.prod(aval.shape, dtype=np.int64))
         slots.append(Slot(leaf, offset, nbytes, dtype, tuple(aval.shape), aval.weak_type, scalar))
         offset += nbytes
+    if offset > PACK_MAX_BYTES:
+        return None
     return PackPlan(tuple(slots), offset, tuple(others), tuple(unkept_host), device, sharding, num_leaves,
                     description)
 
@@ -171,6 +178,7 @@ def start(traced, pack_plan, install):
     """Compile the variant in a background thread; ``install(packed)`` once it
     serves (never called when it would not)."""
     def compile_and_install():
+        _local.compiling = True
         try:
             packed = compile_variant(traced, pack_plan)
             if packed is not None:
@@ -184,6 +192,11 @@ def start(traced, pack_plan, install):
     with _running_lock:
         _running.add(thread)
     thread.start()
+
+
+def compiling_here() -> bool:
+    """Whether this thread is compiling a packed variant, beside the program."""
+    return getattr(_local, "compiling", False)
 
 
 def wait_for_packing(timeout=None):

@@ -54,6 +54,7 @@ import time
 import jax
 
 from fastdispatch import _jax
+from fastdispatch.core import packing
 from fastdispatch.core.watch import output_owner
 from fastdispatch.tracing.sites import library_code, user_frame
 
@@ -403,17 +404,20 @@ def _hook_fast_path():
 # -- compiles ----------------------------------------------------------------------
 
 
-def _for_the_store():
-    """Whether this thread compiles for warm start's store, beside the program
-    (warm/refill.py): those compiles are not the program's.  Asked of the
-    module only where warm start was imported (it is never, without it)."""
+def _beside_the_program():
+    """Whether this thread compiles beside the program, for warm start's store
+    (warm/refill.py) or an entry's packed variant (core/packing.pyx): those
+    compiles are not the program's.  The store's module is asked only where
+    warm start was imported (it is never, without it)."""
+    if packing.compiling_here():
+        return True
     refill = sys.modules.get("fastdispatch.warm.refill")
     return refill is not None and refill.active()
 
 
 def _compile_phase(event, seconds, **kwargs):
     phase = _jax.COMPILE_PHASE_EVENTS.get(event)
-    if phase is None or _for_the_store():
+    if phase is None or _beside_the_program():
         return
     if _busy():  # an eager op's compile is the op's time, kept apart in its tally
         _local.compile_ns = getattr(_local, "compile_ns", 0) + int(seconds * 1e9)
@@ -424,7 +428,7 @@ def _compile_phase(event, seconds, **kwargs):
 
 def _jax_cache_event(event, **kwargs):
     kind = _jax.JAX_CACHE_EVENTS.get(event)
-    if kind is not None and not _for_the_store():
+    if kind is not None and not _beside_the_program():
         for tally in _tallies:
             tally.jax_cache[kind] += 1
 

@@ -138,3 +138,23 @@ def test_no_packing_where_it_would_not_pay_or_not_be_sound(packs, monkeypatch):
 def test_packable_dtypes():
     assert all(packing.packable_dtype(d) for d in (np.float32, np.bool_, np.uint64, ml_dtypes.bfloat16))
     assert not any(packing.packable_dtype(d) for d in (np.complex64, np.dtype("V4")))
+
+
+def test_large_host_data_is_not_packed(packs, monkeypatch):
+    monkeypatch.setattr(packing, "PACK_MAX_BYTES", 16)
+    f = fastdispatch.jit(lambda x, y: x + y)
+    for _ in range(4):
+        f(np.ones(4, np.float32), np.ones(4, np.float32))  # 32 bytes
+    assert f._cache_entries()[0].executable.pack_plan is None
+
+
+def test_a_variant_compiles_beside_the_program_where_trace_does_not_count_it(monkeypatch):
+    from fastdispatch.tracing import hooks
+
+    seen = []
+    monkeypatch.setattr(
+        packing, "compile_variant", lambda traced, plan: seen.append(hooks._beside_the_program())
+    )
+    packing.start(None, None, seen.append)  # the variant is None: nothing installed
+    packing.wait_for_packing()
+    assert seen == [True] and not hooks._beside_the_program()
