@@ -16,8 +16,10 @@ make one transfer where jax.jit makes one per leaf.
 The variant serves only where its results are the entry's: equal output
 avals (weak types included), shardings and committedness, checked once it is
 compiled; else it is dropped.  Never for a function that donates or has
-effects, nor on the CPU, where a transfer costs a few microseconds and
-jax.jit's C++ converts a leaf faster than packing would (PACKED_PLATFORMS).
+effects, a leaf jax casts (jax.jit's C++ casts it faster), more than
+PACK_MAX_BYTES a call, nor on the CPU, where a transfer costs a few
+microseconds and jax.jit's C++ converts a leaf faster than packing would
+(PACKED_PLATFORMS).
 """
 import threading
 from collections import namedtuple
@@ -47,9 +49,9 @@ PACK_AFTER_CALLS = 16
 # packing saves, and larger data costs its copy into the pack besides.
 PACK_MAX_BYTES = 1 << 20
 # dtype kinds whose bytes bitcast back on the device: bool, ints, floats
-# (bfloat16 and the float8s are numpy kind "V": named below).
+# (ml_dtypes' bfloat16 is numpy kind "V": named).
 _PACKED_KINDS = frozenset("biuf")
-_PACKED_NAMES = frozenset({"bfloat16", "float16"})
+_PACKED_NAMES = frozenset({"bfloat16"})
 
 cdef object _batched_device_put = _jax.batched_device_put
 cdef object _consume = _jax.consume_with_handlers
