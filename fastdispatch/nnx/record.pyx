@@ -15,6 +15,7 @@ nnx/guards.py and nnx/graph.py build them from flax's split; the front end
 (function.pyx) runs calls on them.
 """
 from cpython.dict cimport PyDict_GetItem, PyDict_Next, PyDict_SetItem, PyDict_Size
+from cpython.exc cimport PyErr_Occurred
 from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
 from cpython.object cimport PyObject, Py_TYPE
 from cpython.ref cimport Py_XDECREF
@@ -79,10 +80,17 @@ def metadata(variable):
     return _slot_read(_metadata, _get_metadata, variable)
 
 
+cdef PyObject* _raised() except NULL:
+    # The error the C call before it set, raised to Python.
+    return NULL
+
+
 cdef inline object _slot_read(object descriptor, descrgetfunc get, object owner):
     """``descriptor.__get__(owner)`` through the descriptor's C slot."""
     cdef PyObject* value = get(<PyObject*>descriptor, <PyObject*>owner, NULL)
     if value == NULL:
+        if PyErr_Occurred() != NULL:
+            _raised()   # the descriptor's own error (an object that is not a Variable)
         raise AttributeError("an empty Variable slot")
     result = <object>value
     Py_XDECREF(value)
