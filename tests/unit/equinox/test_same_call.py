@@ -1,47 +1,15 @@
-"""filter_jit's identity guard (SameCall, fastdispatch.equinox.unchanged): a call on
-an earlier call's very objects skips flattening, and every change that
-flatten would see (in place or not) sends the call the whole way again, with
-equinox's result."""
-
-import gc
-import weakref
+"""filter_jit's identity guard (equinox/same_call.pyx, SameCall): a call on an
+earlier call's very objects skips flattening; what identity cannot prove, and
+changes made in place, are test_unchanged.py's."""
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-import treecases
+from equinox_calls import check, forward, mlp, served, state
 
 import fastdispatch
-
-
-def forward(model, x):
-    return model(x)
-
-
-def mlp(seed=0):
-    return eqx.nn.MLP(3, 2, 4, 2, key=jax.random.key(seed))
-
-
-def state(f):
-    """(calls the record served, or None without one; records refused or dropped)."""
-    return f._cached._same_call()
-
-
-def check(ours, theirs, *args):
-    got, want = ours(*args), theirs(*args)
-    assert (got.dtype, got.shape) == (want.dtype, want.shape)
-    np.testing.assert_array_equal(got, want)
-
-
-def served(fun, *args, calls=4):
-    """A fresh filter_jit of ``fun``, called ``calls`` times on ``args``."""
-    f = fastdispatch.filter_jit(fun)
-    f._cached.clear()
-    for _ in range(calls):
-        f(*args)
-    return f
 
 
 def test_a_call_on_the_same_objects_is_served_by_identity(sink):
@@ -99,98 +67,6 @@ def test_static_values_are_compared_as_equinox_compares_them():
     check(ours, theirs, model, jnp.ones(3), 3.0, "eval")
 
 
-def test_a_model_changed_in_place_goes_the_whole_way():
-    model = mlp()
-    f = served(forward, model, jnp.ones(3))
-    layer = model.layers[0]
-    # Frozen Modules can still be written through object.__setattr__.
-    object.__setattr__(layer, "weight", layer.weight * 3)
-    check(f, eqx.filter_jit(forward), model, jnp.ones(3))
-    object.__setattr__(layer, "extra", 1)  # a new entry: another flatten
-    check(f, eqx.filter_jit(forward), model, jnp.ones(3))
-
-
-class Holder(eqx.Module):
-    items: list
-    table: dict
-
-    def __call__(self, x):
-        return sum(w @ x for w in self.items) + self.table["b"]
-
-
-@pytest.mark.parametrize(
-    "change",
-    [
-        lambda h: h.items.__setitem__(0, h.items[0] * 2),
-        lambda h: h.items.append(jnp.ones((2, 3))),
-        lambda h: h.table.__setitem__("b", h.table["b"] + 1),
-        lambda h: h.table.__setitem__("c", 1),
-    ],
-    ids=["list item", "list append", "dict item", "dict key"],
-)
-def test_lists_and_dicts_changed_in_place_go_the_whole_way(change):
-    holder = Holder([jnp.ones((2, 3)), jnp.full((2, 3), 2.0)], {"b": jnp.zeros(2)})
-    f = served(forward, holder, jnp.ones(3))
-    assert state(f)[0] == 2
-    change(holder)
-    check(f, eqx.filter_jit(forward), holder, jnp.ones(3))
-
-
-class WithNumpy(eqx.Module):
-    table: np.ndarray
-
-    def __call__(self, x):
-        return x * self.table
-
-
-class Scaled:
-    # A leaf with its own == (compared by value, mutable): identity proves nothing.
-    def __init__(self, factor):
-        self.factor = factor
-
-    def __eq__(self, other):
-        return type(other) is Scaled and other.factor == self.factor
-
-    def __hash__(self):
-        return hash(self.factor)
-
-
-class WithScaled(eqx.Module):
-    scaled: Scaled
-
-    def __call__(self, x):
-        return x * self.scaled.factor
-
-
-@pytest.mark.parametrize(
-    "argument",
-    [
-        lambda: WithNumpy(np.ones(3, np.float32)),
-        lambda: WithScaled(Scaled(2.0)),
-        lambda: treecases.Box((jnp.ones(3),), {}),
-        lambda: treecases.NoMeta(jnp.ones(3)),
-        lambda: (mlp(),),  # a tuple: no weak reference to it
-    ],
-    ids=["numpy leaf", "leaf with its own ==", "Python flatten", "register_dataclass", "tuple argument"],
-)
-def test_what_identity_cannot_prove_is_not_recorded(argument):
-    value = argument()
-
-    def fun(a, x):
-        return x.sum() + sum(leaf.sum() for leaf in jax.tree_util.tree_leaves(a) if eqx.is_array(leaf))
-
-    f = served(fun, value, jnp.ones(3))
-    hits, strikes = state(f)
-    assert hits is None and strikes >= 1
-    check(f, eqx.filter_jit(fun), value, jnp.ones(3))
-
-
-def test_a_leaf_compared_by_identity_is_recorded():
-    model = eqx.nn.MLP(3, 2, 4, 2, activation=jax.nn.relu, key=jax.random.key(0))
-    f = served(forward, model, jnp.ones(3))
-    assert state(f)[0] == 2
-
-
 def test_a_donating_wrapper_is_not_recorded():
     fun = lambda m, x: m(x)  # noqa: E731
     f = fastdispatch.filter_jit(fun, donate="all-except-first")
@@ -222,22 +98,6 @@ def test_another_context_or_a_cleared_cache_goes_the_whole_way(sink):
     eqx.clear_caches()
     f(model, jnp.ones(3))
     assert sink.calls[-1].hit is False and f._cached._cache_size() == 1
-
-
-def test_the_record_keeps_nothing_alive():
-    model, x = mlp(), jnp.ones(3)
-    f = served(forward, model, x)
-    assert state(f)[0] == 2
-    weights = weakref.ref(model.layers[0].weight)
-    gc.disable()  # freed by reference counts alone: no cycle holds them
-    try:
-        del model
-        assert weights() is None
-    finally:
-        gc.enable()
-    assert state(f)[0] == 2  # emptied, replaced on the next call
-    f(mlp(1), x)
-    assert state(f)[0] is None
 
 
 def test_a_training_loop_records_nothing():
