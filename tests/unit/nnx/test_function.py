@@ -13,11 +13,8 @@ from flax import nnx
 from nnx_models import Block, X, forward
 
 import fastdispatch
-from fastdispatch import _reasons
 from fastdispatch import nnx as fnnx
 from fastdispatch.nnx import _flax
-from fastdispatch.nnx import graph as nnx_graph
-from fastdispatch.nnx.flax_call import FlaxCall
 
 
 def outcomes(sink):
@@ -49,26 +46,6 @@ def test_a_new_graph_of_a_compiled_structure_is_found_by_its_split(sink):
         ours, reference = nnx.state(block), nnx.state(references[id(block)])
         for a, b in zip(jax.tree.leaves(ours), jax.tree.leaves(reference)):
             np.testing.assert_array_equal(a, b)
-
-
-def test_flax_s_update_context_is_left_after_every_call():
-    """A split call keeps flax's update context open across the engine's
-    steps; it is left after a compile, a hit, a hand-off and an error."""
-    stacks = _flax.GRAPH_CONTEXT.update_context_stacks
-
-    def fails(model, x):
-        raise ValueError("in the function")
-
-    with pytest.raises(ValueError, match="in the function"):
-        fnnx.jit(fails)(Block(nnx.Rngs(0)), X)
-    assert not stacks
-    jitted = fnnx.jit(forward)
-    for block in (Block(nnx.Rngs(0)), Block(nnx.Rngs(1))):
-        jitted(block, X)
-        assert not stacks
-    with jax.disable_jit():
-        jitted(Block(nnx.Rngs(2)), X)
-    assert not stacks
 
 
 def changes():
@@ -202,14 +179,6 @@ def test_cached_partial_runs_on_the_fast_path(sink):
     assert int(optimizer.step[...]) == 3
 
 
-def test_functions_returning_new_modules_are_not_recorded(sink):
-    make = fnnx.jit(lambda rngs: nnx.Linear(2, 2, rngs=rngs))
-    rngs = nnx.Rngs(0)
-    first, second = make(rngs), make(rngs)
-    assert first is not second and not make._records()
-    assert "hit" not in outcomes(sink)
-
-
 def test_records_are_bounded_and_most_recent_first():
     jitted = fnnx.jit(forward)
     blocks = [Block(nnx.Rngs(i)) for i in range(6)]
@@ -277,42 +246,6 @@ def test_trace_report_names_the_user_function(block):
         f"nnx_models.py:{forward.__code__.co_firstlineno}"
     )
     assert (row["calls"], row["hits"], row["compiles"]) == (3, 2, 1)
-
-
-class History(nnx.Module):
-    """Arrays inside a list of the graph: no record can serve its calls."""
-
-    def __init__(self, rngs):
-        self.linear = nnx.Linear(3, 3, rngs=rngs)
-        self.history = nnx.data([jnp.zeros(3), jnp.ones(3)])
-
-    def __call__(self, x):
-        return self.linear(x) + self.history[0]
-
-
-def test_a_graph_no_record_serves_goes_to_flax_without_splitting_each_call(sink, monkeypatch):
-    built, splits = [], []
-    build, open_split = nnx_graph.build, FlaxCall.__init__
-
-    def counted_build(*args, **kwargs):
-        built.append(1)
-        return build(*args, **kwargs)
-
-    def counted_split(*args, **kwargs):
-        splits.append(1)
-        open_split(*args, **kwargs)
-
-    monkeypatch.setattr(nnx_graph, "build", counted_build)
-    monkeypatch.setattr(FlaxCall, "__init__", counted_split)
-    model, reference = History(nnx.Rngs(0)), History(nnx.Rngs(0))
-    jitted, flax_jitted = fnnx.jit(forward), nnx.jit(forward)
-    for _ in range(130):
-        np.testing.assert_array_equal(jitted(model, X), flax_jitted(reference, X))
-    # The compile's entry says why no record serves its graph: the next call
-    # is split to find it, then calls on the same arguments go to flax
-    # unsplit, but every 64th.
-    assert len(built) == 1 and len(splits) == 4
-    assert set(outcomes(sink)) == {_reasons.ARRAY_IN_CONTAINER}
 
 
 # -- explicit-sharding meshes (2 CPU devices, in a subprocess) ------------------------
