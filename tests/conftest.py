@@ -54,6 +54,14 @@ class RecordingSink:
         assert len(times) == 6 and list(times) == sorted(times)
         self.calls.append(RecordedCall(fn, hit, hand_off, signature))
 
+    def reasons(self):
+        """Each call's hand-off reason (None: it ran here, or compiled)."""
+        return [call.hand_off for call in self.calls]
+
+    def outcomes(self):
+        """Each call: "hit", its hand-off reason, or "compile"."""
+        return ["hit" if call.hit else call.hand_off or "compile" for call in self.calls]
+
 
 @pytest.fixture
 def sink():

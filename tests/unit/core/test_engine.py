@@ -11,10 +11,6 @@ import pytest
 import fastdispatch
 
 
-def reasons(sink):
-    return [hand_off for _, _, hand_off, _ in sink.calls]
-
-
 def test_hits_stay_on_the_fast_path(sink):
     @fastdispatch.jit
     def add(x, y):
@@ -35,7 +31,7 @@ def test_fed_back_outputs_hit_after_a_first_call_with_other_avals(sink):
     params = {"w": jnp.ones((2, 2)), "b": jnp.ones(2)}
     for _ in range(4):
         params = step(params)
-    assert reasons(sink) == [None] * 4 and step._cache_size() == 1
+    assert sink.reasons() == [None] * 4 and step._cache_size() == 1
     np.testing.assert_array_equal(params["b"], np.full(2, 1 / 16))
 
 
@@ -57,7 +53,7 @@ def test_a_fresh_batch_each_step_is_taken_by_the_guard(sink, in_trees):
         shardings.append(sharding)
     (entry,) = f._cache_entries()
     assert entry.signature.leaf_keys()[-1].sharding is shardings[-1]
-    assert reasons(sink) == [None] * 4 and [hit for _, hit, _, _ in sink.calls][1:] == [True] * 3
+    assert sink.reasons() == [None] * 4 and [hit for _, hit, _, _ in sink.calls][1:] == [True] * 3
 
 
 def test_transformations_and_configs_go_to_jax(sink):
@@ -68,7 +64,7 @@ def test_transformations_and_configs_go_to_jax(sink):
     with jax.disable_jit():
         f(x)
     jax.jit(lambda v: f(x) + v)(1.0)  # a closed-over concrete array inside a trace
-    assert reasons(sink)[1:] == ["tracer", "disable_jit", "tracer"]
+    assert sink.reasons()[1:] == ["tracer", "disable_jit", "tracer"]
     assert f._cache_size() == 1
 
 
@@ -113,5 +109,5 @@ def test_compile_errors_are_recorded_and_leave_no_entry(sink):
     for _ in range(2):
         with pytest.raises(TypeError):
             f(jnp.ones(3))
-    assert reasons(sink) == ["compile_error", "compile_error"]
+    assert sink.reasons() == ["compile_error", "compile_error"]
     assert f._cache_size() == 0

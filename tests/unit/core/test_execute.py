@@ -14,17 +14,13 @@ import fastdispatch
 from fastdispatch.core import execute as _execute
 
 
-def reasons(sink):
-    return [hand_off for _, _, hand_off, _ in sink.calls]
-
-
 def test_numpy_arguments_are_run_by_jax_and_still_cached(sink):
     f = fastdispatch.jit(lambda x: x * 2)
     for i in range(3):
         out = f(np.arange(3, dtype=np.float32) + i)
     np.testing.assert_array_equal(out, np.array([4.0, 6.0, 8.0]))
     # The first call compiles (jax.jit runs it); new bytes after it go to jax.jit.
-    assert reasons(sink) == [None, "numpy arguments", "numpy arguments"] and f._cache_size() == 1
+    assert sink.reasons() == [None, "numpy arguments", "numpy arguments"] and f._cache_size() == 1
 
 
 def test_numpy_data_that_repeats_reuses_its_device_array(sink):
@@ -35,19 +31,19 @@ def test_numpy_data_that_repeats_reuses_its_device_array(sink):
     x, mask = np.arange(6, dtype=np.float32).reshape(2, 3), np.ones((2, 3), np.float32)
     for _ in range(4):
         np.testing.assert_array_equal(f(x, mask), x)
-    assert reasons(sink) == [None, "numpy arguments", None, None]
+    assert sink.reasons() == [None, "numpy arguments", None, None]
     (entry,) = f._cache_entries()
     kept = entry.executable.inputs.kept_host_arrays()
     np.testing.assert_array_equal(f(x.copy(), mask.copy()), x)  # equal bytes, other objects
-    assert reasons(sink)[-1] is None
+    assert sink.reasons()[-1] is None
     assert [a is b for a, b in zip(entry.executable.inputs.kept_host_arrays(), kept)] == [True, True]
     # Bytes changed in place: never the kept array; such a call goes to jax.jit.
     mask[0, 0] = 5.0
     np.testing.assert_array_equal(f(x, mask), x * mask)
-    assert reasons(sink)[-1] == "numpy arguments"
+    assert sink.reasons()[-1] == "numpy arguments"
     np.testing.assert_array_equal(f(x, mask), x * mask)  # the new bytes repeat: here again
     now = entry.executable.inputs.kept_host_arrays()
-    assert reasons(sink)[-1] is None and now[0] is kept[0] and now[1] is not kept[1]
+    assert sink.reasons()[-1] is None and now[0] is kept[0] and now[1] is not kept[1]
     # -0.0 and 0.0 are other bytes, as NaNs of other payloads are.
     z = np.zeros((2, 3), np.float32)
     for value in (z, z, -z, -z):
@@ -91,7 +87,7 @@ def test_numpy_data_repeating_in_trees_is_found_by_a_call_that_goes_the_whole_wa
     for _ in range(200):
         out = f(params, x)
     np.testing.assert_array_equal(out["w"], np.full(2, 4.0))
-    served = [hand_off is None for hand_off in reasons(sink)]
+    served = [hand_off is None for hand_off in sink.reasons()]
     assert served[0] and not any(served[1:64]) and all(served[130:])
 
 
@@ -105,7 +101,7 @@ def test_numpy_arguments_beside_many_arrays_are_converted_here(sink):
     for i in range(3):
         out = f(params, np.full(3, i, np.float32))
         np.testing.assert_array_equal(out[1], np.full(3, i))
-    assert reasons(sink) == [None] * 3 and [e.is_fast for e in f._cache_entries()] == [True]
+    assert sink.reasons() == [None] * 3 and [e.is_fast for e in f._cache_entries()] == [True]
     # Fewer arrays per numpy argument (twice as many for a dtype jax casts),
     # or a function that donates: jax.jit converts them.
     sink.calls.clear()
@@ -120,7 +116,7 @@ def test_numpy_arguments_beside_many_arrays_are_converted_here(sink):
     # leaves every call to jax.jit.
     few(params[: _execute.HOST_BREAK_EVEN_LEAVES - 1], np.zeros(3, np.float32))
     cast(params[: _execute.HOST_BREAK_EVEN_LEAVES + 1], np.zeros(3, np.float64))
-    assert reasons(sink) == [None, None, "numpy arguments", "numpy arguments", "numpy arguments"]
+    assert sink.reasons() == [None, None, "numpy arguments", "numpy arguments", "numpy arguments"]
     assert [e.is_fast for e in donating._cache_entries()] == [False]
 
 
@@ -135,7 +131,7 @@ def test_numpy_dtypes_jax_casts_are_converted_here_as_jax_casts_them(sink, dtype
             ours, theirs = f(params, value)[1], reference(params, value)[1]
             assert (ours.dtype, ours.weak_type) == (theirs.dtype, theirs.weak_type)
             np.testing.assert_array_equal(ours, theirs)
-    assert all(reason is None for reason in reasons(sink))
+    assert all(reason is None for reason in sink.reasons())
 
 
 def test_cast_overflow_warning_as_error_is_raised_as_jax_raises_it(sink):
@@ -156,17 +152,17 @@ def test_new_scalar_values_go_to_jax_on_small_calls(sink):
     for step in range(4):
         np.testing.assert_array_equal(f(x, step), np.full(2, step))
     # The compile, then three values never seen: jax.jit converts them faster.
-    assert reasons(sink) == [None] + ["new scalar value"] * 3
+    assert sink.reasons() == [None] + ["new scalar value"] * 3
     sink.calls.clear()
     for _ in range(3):
         f(x, 7)  # a constant: jax's the first time, kept on device from the second
-    assert reasons(sink) == ["new scalar value", None, None]
+    assert sink.reasons() == ["new scalar value", None, None]
     sink.calls.clear()
     g = fastdispatch.jit(wide)
     params = [x] * (_execute.NEW_SCALAR_BREAK_EVEN_LEAVES + 1)
     for step in range(4):
         np.testing.assert_array_equal(g(params, step)[1], step)
-    assert reasons(sink) == [None] * 4
+    assert sink.reasons() == [None] * 4
 
 
 @pytest.mark.parametrize("value", [0.0, -0.0, 1.5, -1.5, math.inf, 7, True, 2j])

@@ -18,10 +18,6 @@ def packs(monkeypatch):
     monkeypatch.setattr(packing, "PACK_AFTER_CALLS", 2)
 
 
-def reasons(sink):
-    return [hand_off for _, _, hand_off, _ in sink.calls]
-
-
 def assert_same(got, want):
     got, want = jax.tree.leaves(got), jax.tree.leaves(want)
     assert len(got) == len(want)
@@ -62,7 +58,7 @@ def test_host_leaves_that_change_every_call_run_here_in_one_transfer(packs, sink
         got, args = call(f, i)
         assert_same(got, stock(*args))
     # The memo sends calls to jax.jit until one goes the whole way: then all run here.
-    assert reasons(sink)[-8:] == [None] * 8
+    assert sink.reasons()[-8:] == [None] * 8
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float16, np.int8, np.uint16, np.int32, np.bool_])

@@ -12,10 +12,6 @@ import fastdispatch
 from fastdispatch.tracing.explain import describe
 
 
-def reasons(sink):
-    return [hand_off for _, _, hand_off, _ in sink.calls]
-
-
 def test_effects_run_on_the_fast_path(sink, capfd):
     f = fastdispatch.jit(lambda x: jax.debug.print("x={}", x) or x + 1)
     f(jnp.float32(1))
@@ -38,7 +34,7 @@ def test_ordered_effects_and_callbacks_run_on_the_fast_path(sink):
     for _ in range(5):
         x = f(x)
     jax.effects_barrier()
-    assert log == [0, 1, 2, 3, 4] and reasons(sink) == [None] * 5
+    assert log == [0, 1, 2, 3, 4] and sink.reasons() == [None] * 5
     assert [entry.is_fast for entry in f._cache_entries()] == [True]
 
 
@@ -78,7 +74,7 @@ def test_unhashable_static_argument_gets_jax_error(sink):
     f = fastdispatch.jit(lambda x, opts: x, static_argnums=1)
     with pytest.raises(ValueError, match="Non-hashable static arguments are not supported"):
         f(jnp.ones(1), ["not", "hashable"])
-    assert reasons(sink) == ["static_argument_error"]
+    assert sink.reasons() == ["static_argument_error"]
 
 
 class Flagged:
@@ -102,18 +98,18 @@ def test_calls_shaped_as_a_refused_one_go_to_jax_before_flattening(sink):
     for _ in range(2):  # refused by the fast path, then handed off unflattened
         with pytest.raises(ValueError, match="Non-hashable static arguments are not supported"):
             f(tree, Flagged(hashable=False))
-    assert reasons(sink) == ["static_argument_error"] * 2
+    assert sink.reasons() == ["static_argument_error"] * 2
     sink.calls.clear()
     f(tree, Flagged(hashable=True))  # a call of that shape goes to jax.jit, raising or not
     Counted.flattens = 0  # (its compile flattens more)
     for _ in range(61):
         np.testing.assert_array_equal(f(tree, Flagged(hashable=True)), np.full(3, 2.0))
     assert Counted.flattens == 61  # jax.jit's own, never ours
-    assert reasons(sink) == ["static_argument_error"] * 62
+    assert sink.reasons() == ["static_argument_error"] * 62
     sink.calls.clear()
     for _ in range(3):  # the 64th after the refusal goes the whole way: compiled, then hits
         np.testing.assert_array_equal(f(tree, Flagged(hashable=True)), np.full(3, 2.0))
-    assert reasons(sink) == [None] * 3
+    assert sink.reasons() == [None] * 3
 
 
 def test_signature_describes_arguments_by_name(sink):

@@ -19,11 +19,6 @@ from fastdispatch.nnx import graph as nnx_graph
 from fastdispatch.nnx.flax_call import FlaxCall
 
 
-def outcomes(sink):
-    """Each call: "hit", its hand-off reason, or "compile"."""
-    return ["hit" if call.hit else call.hand_off or "compile" for call in sink.calls]
-
-
 def test_flax_s_update_context_is_left_after_every_call():
     """A split call keeps flax's update context open across the engine's
     steps; it is left after a compile, a hit, a hand-off and an error."""
@@ -77,4 +72,4 @@ def test_a_graph_no_record_serves_goes_to_flax_without_splitting_each_call(sink,
     # is split to find it, then calls on the same arguments go to flax
     # unsplit, but every 64th.
     assert len(built) == 1 and len(splits) == 4
-    assert set(outcomes(sink)) == {_reasons.ARRAY_IN_CONTAINER}
+    assert set(sink.outcomes()) == {_reasons.ARRAY_IN_CONTAINER}
