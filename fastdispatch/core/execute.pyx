@@ -175,14 +175,18 @@ cdef bint _any_deleted(object leaves) except -1:
     return False
 
 
-cdef object _as_jit_error(error, bint with_tokens):
+cdef HandOff _launch_failed(object error, object leaves, bint with_tokens):
+    """A launch on ``leaves`` raised ``error``: _DELETED_INPUT where an input was
+    deleted, else jax.jit's error for it, raised."""
+    if _any_deleted(leaves):
+        return _DELETED_INPUT
     # Executing directly, PjRt raises JaxRuntimeError.  jax.jit's C++ fast path
     # reports an execution error as ValueError, same message (a deleted or
     # donated input, a host callback that raised); its Python path, which runs
     # executables with effects, lets the JaxRuntimeError through.
     if with_tokens:
-        return error
-    return ValueError(str(error))
+        raise error
+    raise ValueError(str(error))
 
 
 cdef object _scalar_bits(object value):
@@ -433,9 +437,7 @@ cdef class Executable:
             try:
                 outputs = self.packed.run(leaves)
             except _RuntimeError as error:
-                if _any_deleted(leaves):
-                    return _DELETED_INPUT
-                raise _as_jit_error(error, False)
+                return _launch_failed(error, leaves, False)
             if outputs is not None:
                 if launched != NULL:
                     launched[0] = now_ns()
@@ -454,9 +456,7 @@ cdef class Executable:
             else:
                 outputs = _consume(self.execute(buffers), self.out_handlers)
         except _RuntimeError as error:
-            if _any_deleted(leaves):
-                return _DELETED_INPUT
-            raise _as_jit_error(error, self.with_tokens)
+            return _launch_failed(error, leaves, self.with_tokens)
         if launched != NULL:
             launched[0] = now_ns()
         return outputs
