@@ -18,14 +18,6 @@ calls; a miss finds its executable loaded (``take``), waits for the one being
 loaded (never longer than a load of its own would take), or loads it itself
 when no thread has begun it.
 
-jax's own compiles (warm/jax_own.py) are in the manifest beside the front
-ends' calls, and load in the background where two threads or more load: on
-an accelerator's host (a TPU v5e's has 13 cores) an eager operation's
-executable took 16 ms to load on its miss.  With one thread (a machine of
-two or three cores) they load on their misses: loaded in the background
-there, they kept the thread busy through a program's first step
-(docs/warm-start.md).
-
 The threads wait for the program to start jax's backends itself, so that its
 own settings (platform, device count, x64) are in place first.  A file a
 thread cannot load is left to the miss, which reads it again, counts and warns.
@@ -40,12 +32,10 @@ import threading
 import time
 
 from fastdispatch import _jax
-from fastdispatch.warm.jax_own import FILE_PREFIX as OWN_PREFIX
 from fastdispatch.warm.store import write_atomically
 
-# Keys loaded per program, at most (flax's miniGPT tutorial uses 61: 4 of
-# its functions' and 57 of jax's own compiles).
-MAX_KEYS = 128
+# Keys loaded per program, at most.
+MAX_KEYS = 64
 # Threads loading at once: on a TPU host a large executable takes seconds to
 # load, and eight loads side by side took a fifth of the time of one after
 # another (docs/warm-start.md); on a machine of few cores, one, to leave the
@@ -63,12 +53,6 @@ def thread_count(keys: int) -> int:
     """How many threads load ``keys`` keys: half this machine's cores, at
     least one and at most MAX_THREADS, no more than there are keys."""
     return max(1, min(MAX_THREADS, (os.cpu_count() or 2) // 2, keys))
-
-
-def loads_own_compiles() -> bool:
-    """Whether jax's own compiles load in the background here: where two
-    threads or more would load, else on their misses."""
-    return thread_count(MAX_KEYS) > 1
 
 
 class Preloader:
@@ -171,11 +155,8 @@ class Preloader:
             elif line:
                 runs[-1].append(line)
         keys, seen = [], set()
-        own = loads_own_compiles()
         for run in reversed(runs):
             for key in run:
-                if not own and key.startswith(OWN_PREFIX):
-                    continue
                 if key not in seen and len(keys) < MAX_KEYS:
                     seen.add(key)
                     if os.path.exists(self.store.path(key)):

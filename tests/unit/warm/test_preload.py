@@ -7,13 +7,11 @@ from __future__ import annotations
 
 import threading
 
-import jax
 import jax.numpy as jnp
-import numpy as np
 import pytest
 
 import fastdispatch
-from fastdispatch.warm import preload, refill
+from fastdispatch.warm import preload
 from fastdispatch.warm.store import Store
 
 
@@ -163,36 +161,3 @@ def test_a_file_that_does_not_load_is_left_to_the_miss(stored):
     assert preloader.join(30)
     assert preloader.take(keys[0]) is None  # damaged: the miss reads, counts and warns
     assert preloader.take(keys[1]) is not None
-
-
-def test_jax_own_compiles_load_in_the_background_where_two_threads_load(
-    tmp_path, cache_settings, monkeypatch
-):
-    program = str(tmp_path / "prog.py")
-    x = jax.device_put(np.arange(6.0, dtype=np.float32).reshape(2, 3))
-
-    def run():  # one process: warm start from its start, two eager operations
-        fastdispatch.warm_start(tmp_path / "store", program=program)
-        jax.clear_caches()  # what earlier runs compiled misses again
-        try:
-            assert fastdispatch.warm.wait_for_preload(30)  # before the misses, which would not wait
-            result = jnp.cos(x) - 3
-            return result, fastdispatch.warm_start_stats()["jax_own"]
-        finally:
-            refill.join()
-            fastdispatch.warm_start(None)
-
-    first, counts = run()
-    assert (counts["written"], counts["preloaded"]) == (2, 0)
-    # The manifest names them; on a machine where one thread loads, their
-    # misses load them.
-    monkeypatch.setattr(preload, "thread_count", lambda n: 1)
-    second, counts = run()
-    assert (counts["loaded"], counts["preloaded"]) == (2, 0)
-    monkeypatch.setattr(preload, "thread_count", lambda n: 2)
-    third, counts = run()
-    assert (counts["loaded"], counts["preloaded"], counts["written"]) == (2, 2, 0)
-    for result in (second, third):
-        np.testing.assert_array_equal(result, first)
-        assert (result.dtype, result.weak_type) == (first.dtype, first.weak_type)
-        assert result.sharding == first.sharding
