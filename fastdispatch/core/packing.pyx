@@ -5,9 +5,9 @@ On an accelerator every host-to-device transfer costs tens of microseconds
 however small its data (about 45 on a TPU v5e's host), and jax.jit makes one
 per numpy leaf and per new Python scalar on every call.  An entry whose calls
 bring two or more such leaves, on one device, gets a second executable after
-PACK_AFTER_CALLS calls: compiled in a background thread from the call's own
-jaxpr (jax.jit's trace of it, cached), it takes those leaves' bytes as one
-uint8 array and slices and bitcasts them back on the device.  Its calls then
+PACK_AFTER_CALLS calls: compiled in a thread beside the program from the
+call's own jaxpr (jax.jit's trace of it, cached), it takes those leaves'
+bytes as one uint8 array and slices and bitcasts them back on the device.  Its calls then
 make one transfer where jax.jit makes one per leaf.
 
     plan (make_executable) -> start (the PACK_AFTER_CALLS-th call)
@@ -20,6 +20,11 @@ effects, a leaf jax casts (jax.jit's C++ casts it faster), more than
 PACK_MAX_BYTES a call, nor on the CPU, where a transfer costs a few
 microseconds and jax.jit's C++ converts a leaf faster than packing would
 (PACKED_PLATFORMS).
+
+The compiling thread is not a daemon: Python waits for it at exit.  A daemon
+one, still compiling when the program ended, took the GIL back after Python
+had begun to finalize, and Python's thread exit, unwinding jaxlib's C++
+frames, aborted the process (SIGABRT after the program's output, on a TPU).
 """
 import threading
 from collections import namedtuple
@@ -177,8 +182,8 @@ def compile_variant(traced, pack_plan):
 
 
 def start(traced, pack_plan, install):
-    """Compile the variant in a background thread; ``install(packed)`` once it
-    serves (never called when it would not)."""
+    """Compile the variant in a thread beside the program; ``install(packed)``
+    once it serves (never called when it would not)."""
     def compile_and_install():
         _local.compiling = True
         try:
@@ -190,7 +195,7 @@ def start(traced, pack_plan, install):
         finally:
             with _running_lock:
                 _running.discard(thread)
-    thread = threading.Thread(target=compile_and_install, name="fastdispatch-pack", daemon=True)
+    thread = threading.Thread(target=compile_and_install, name="fastdispatch-pack", daemon=False)
     with _running_lock:
         _running.add(thread)
     thread.start()

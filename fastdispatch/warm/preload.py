@@ -21,10 +21,15 @@ when no thread has begun it.
 The threads wait for the program to start jax's backends itself, so that its
 own settings (platform, device count, x64) are in place first.  A file a
 thread cannot load is left to the miss, which reads it again, counts and warns.
+At exit the threads take no more loads and Python waits for the ones begun:
+a daemon thread still loading when Python began to finalize took the GIL
+back then, and Python's thread exit, unwinding jaxlib's C++ frames, aborted
+the process.
 """
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import os
 import sys
@@ -67,6 +72,7 @@ class Preloader:
         self._pending = {}  # key -> _Load, until its miss takes it
         self._queue = []  # the loads no thread has taken yet, the first-needed last
         self._threads = []
+        self._stopping = threading.Event()
 
     @property
     def manifest(self) -> str:
@@ -87,7 +93,16 @@ class Preloader:
         ]
         for thread in self._threads:
             thread.start()
+        if self._threads:
+            atexit.register(self.stop)
         return self._threads
+
+    def stop(self) -> None:
+        """Begin no more loads, and wait for the ones begun (at exit)."""
+        self._stopping.set()
+        with self._lock:
+            self._queue.clear()  # their misses read them, as for any key not begun
+        self.join()
 
     def join(self, timeout: float | None = None) -> bool:
         """Wait for the background loads; True once they are done (or none ran)."""
@@ -175,9 +190,9 @@ class Preloader:
                     return
             outcome, stored = self.store.read_file(load.key)
             if outcome == "read":
-                _wait_for_backends()
+                self._wait_for_backends()
                 with self._lock:
-                    load.loading = not load.cancelled
+                    load.loading = not (load.cancelled or self._stopping.is_set())
                 if not load.loading:
                     continue
                 try:
@@ -187,12 +202,11 @@ class Preloader:
             load.value = stored if outcome == "loaded" else None
             load.done.set()
 
-
-def _wait_for_backends():
-    wait = _WAIT_STEP
-    while not _jax.backends_started():
-        time.sleep(wait)
-        wait = min(wait * 2, _WAIT_STEP_MAX)
+    def _wait_for_backends(self):
+        """Until the program has started jax's backends, or stop was called."""
+        wait = _WAIT_STEP
+        while not _jax.backends_started() and not self._stopping.wait(wait):
+            wait = min(wait * 2, _WAIT_STEP_MAX)
 
 
 def _rewrite(manifest, keys):

@@ -2,6 +2,8 @@
 packed variant gives what jax.jit gives.  On the CPU packing is off
 (PACKED_PLATFORMS); these tests turn it on there."""
 
+import threading
+
 import jax
 import jax.numpy as jnp
 import ml_dtypes
@@ -148,9 +150,14 @@ def test_a_variant_compiles_beside_the_program_where_trace_does_not_count_it(mon
     from fastdispatch.tracing import hooks
 
     seen = []
-    monkeypatch.setattr(
-        packing, "compile_variant", lambda traced, plan: seen.append(hooks._beside_the_program())
-    )
+
+    def compile_variant(traced, plan):
+        thread = threading.current_thread()
+        # Not a daemon: Python waits for it at exit (a daemon thread still
+        # compiling then aborted the process as Python finalized).
+        seen.append((hooks._beside_the_program(), thread.name, thread.daemon))
+
+    monkeypatch.setattr(packing, "compile_variant", compile_variant)
     packing.start(None, None, seen.append)  # the variant is None: nothing installed
     packing.wait_for_packing()
-    assert seen == [True] and not hooks._beside_the_program()
+    assert seen == [(True, "fastdispatch-pack", False)] and not hooks._beside_the_program()

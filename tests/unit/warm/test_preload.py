@@ -151,6 +151,22 @@ def test_files_are_read_before_the_backends_start_and_loaded_after(stored, monke
     assert preloader.take(keys[0]) is None  # taken once
 
 
+def test_stopped_at_exit_no_more_loads_begin_and_the_begun_ones_end(stored, monkeypatch):
+    store, keys = stored
+    monkeypatch.setattr(preload, "thread_count", lambda n: 2)
+    # The program never starts jax's backends: the threads wait, then stop.
+    monkeypatch.setattr(preload._jax, "backends_started", lambda: False)
+    registered = []
+    monkeypatch.setattr(preload.atexit, "register", registered.append)
+    preloader = preloader_of(store, keys)
+    preloader.start()
+    assert registered == [preloader.stop]  # Python stops it at exit
+    assert not preloader.join(0.2)
+    preloader.stop()
+    assert preloader.join(0)
+    assert all(preloader.take(key) is None for key in keys)  # each key's miss reads it
+
+
 def test_a_file_that_does_not_load_is_left_to_the_miss(stored):
     store, keys = stored
     with open(store.path(keys[0]), "r+b") as f:
