@@ -138,9 +138,9 @@ cdef class Engine:
     cdef PreviousCall previous             # the guard's guess: the previous call
     # The hand-off memo: the last call the library took for what its
     # arguments are, as the front end describes them (`handed_off_like`), and
-    # why.  The front end hands calls it finds alike to the library before
-    # reading them (`handed_off_again`), but every 64th, which takes the whole
-    # path again in case they (or the library's choice) changed.
+    # why.  Calls the front end finds alike go to the library before they are
+    # read (`handed_off_again`), but every 64th, which takes the whole path
+    # again in case they (or the library's choice) changed.
     cdef object handed_off_like
     cdef str memo_reason
     cdef unsigned int memo_repeats
@@ -155,6 +155,9 @@ cdef class Engine:
     cdef str compile(self, Call* call, Found* found, CacheEntry entry, CallTimes* times)
     cdef str warm(self, Call* call, Found* found, CacheEntry entry, CallTimes* times, object store)
     cdef str execute(self, Call* call, Found* found, CallTimes* times)
+    cdef int remember_call(self, Call* call, Found* found, CacheEntry entry,
+                           CallSignature signature) except -1
+    cdef void handed_off(self, Call* call, CacheEntry entry, str reason)
     cdef void remember_hand_off(self, object like, str reason, CallSignature signature)
     cdef str handed_off_again(self, Found* found)
     # Compile an entry's packed variant (core/packing.pyx), from the call's trace.
@@ -170,7 +173,8 @@ cdef class Engine:
     cdef int remember(self, Call* call, Found* found, CacheEntry entry,
                       CallSignature signature) except -1
     cdef void guard_passed(self, Call* call, PreviousCall previous, list leaves)
-    cdef void handed_off(self, Call* call, CacheEntry entry, str reason)
+    cdef object hand_off_like(self, Call* call, CacheEntry entry, str reason)
+    cdef bint alike(self, Call* call, object like)
     cdef object returned(self, Call* call, object out)
     cdef object traced(self, Call* call)
 

@@ -224,6 +224,12 @@ cdef class Engine:
                     reason = _TRACER
                 elif _special_checks_maybe_on and _needs_special_checks():
                     reason = _DEBUG_NANS
+                elif self.handed_off_like is not None and self.alike(call, self.handed_off_like):
+                    # The library took the last call alike this one: this one
+                    # goes to it unread, but every 64th (handed_off_again).
+                    reason = self.handed_off_again(&found)
+                    if reason is None:
+                        reason = self.parse(call, &found, &times)
                 else:
                     reason = self.parse(call, &found, &times)
                 if reason is None and found.entry == NULL and found.out == NULL:
@@ -337,7 +343,7 @@ cdef class Engine:
                 return self.warm(call, found, entry, times, _warm_store)
             return self.compile(call, found, entry, times)
         entry.wait(<object>call.function)
-        self.remember(call, found, entry, signature)
+        self.remember_call(call, found, entry, signature)
         keep(&found.entry, entry)
         return None
 
@@ -347,8 +353,9 @@ cdef class Engine:
         converting, donating, warning and failing as it does) and returns its
         output with the fast path's data, which completes the entry: its
         (Executable, Outputs), or the MustHandOff that says why the library
-        runs its calls.  A compile warm start may write is written with the
-        warnings the library's call issued (WarmStart.recording_warnings)."""
+        runs its calls; the call is then the guess for the next
+        (``remember_call``).  A compile warm start may write is written with
+        the warnings the library's call issued (WarmStart.recording_warnings)."""
         reached(times, AT_FOUND, "compile")   # the library's own spans nest inside
         cdef long long began = now_ns()
         store = None if entry.warm_key is None else warm_store()
@@ -365,6 +372,7 @@ cdef class Engine:
         else:
             entry.hand_off_detail = fast.detail
             self.executables.complete(entry, None, None, fast.reason, compiled / 1e9)
+        self.remember_call(call, found, entry, entry.signature)
         ended(call.function, times, False, compiled, entry.hand_off_reason, entry.signature)
         keep(&found.out, out)
         return None
@@ -399,7 +407,7 @@ cdef class Engine:
                          f"has a stored executable that does not fit its call ({error})")
             return self.compile(call, found, entry, times)
         self.executables.complete(entry, executable, finish, None, (now_ns() - began) / 1e9)
-        self.remember(call, found, entry, entry.signature)
+        self.remember_call(call, found, entry, entry.signature)
         keep(&found.entry, entry)
         found.loaded = True
         return None
@@ -433,6 +441,21 @@ cdef class Engine:
         if times.watch & WATCH_CLOCK:
             keep(&found.sample, outputs)   # sampled once the call's spans end (Engine.call)
         return None
+
+    cdef int remember_call(self, Call* call, Found* found, CacheEntry entry,
+                           CallSignature signature) except -1:
+        """``entry`` runs the call (found, loaded or compiled): the memo is
+        forgotten, and the front end makes the call its guess for the next."""
+        self.remember_hand_off(None, None, None)
+        return self.remember(call, found, entry, signature)
+
+    cdef void handed_off(self, Call* call, CacheEntry entry, str reason):
+        """The library takes a call on ``entry``, for ``reason`` (``entry``
+        None: refused before one was found): into the memo, as the front end
+        describes the call's arguments, where it does."""
+        like = self.hand_off_like(call, entry, reason)
+        if like is not None:
+            self.remember_hand_off(like, reason, None if entry is None else entry.signature)
 
     cdef void remember_hand_off(self, object like, str reason, CallSignature signature):
         """The library took a call for what its arguments are (``like``, the
@@ -483,9 +506,8 @@ cdef class Engine:
         """A miss: the library's call (inside ``recording``, a context), then
         ``reached(times, AT_LAUNCHED, "build entry")``; returns its output
         and the fast path's data, ``(Executable, Outputs)`` for the entry, or
-        a MustHandOff (``MustHandOff.from_error``); the call made the guard's
-        guess first (``remember``: a call that finds the entry before it
-        completes waits for it)."""
+        a MustHandOff (``MustHandOff.from_error``).  The engine completes the
+        entry, then makes the call the guess for the next (``remember``)."""
         raise NotImplementedError
 
     cdef object warm_key(self, Call* call, Found* found, CallSignature signature, object store):
@@ -500,8 +522,9 @@ cdef class Engine:
 
     cdef int remember(self, Call* call, Found* found, CacheEntry entry,
                       CallSignature signature) except -1:
-        """``entry`` runs this call (found, loaded, or compiled: see
-        ``cache_miss``): make the call the guard's guess for the next one."""
+        """``entry`` runs this call (found, loaded, or compiled, once
+        ``cache_miss`` returned): make the call the guard's guess for the next
+        one."""
         cdef PreviousCall previous = PreviousCall.__new__(PreviousCall)
         previous.entry = entry
         previous.signature = signature
@@ -512,11 +535,17 @@ cdef class Engine:
         """The call matched the previous one's signature, with these leaves;
         ``previous.entry`` runs it next."""
 
-    cdef void handed_off(self, Call* call, CacheEntry entry, str reason):
-        """The library takes a call on ``entry``, for ``reason``; ``entry`` is
-        None where the fast path handed the call off before finding
-        one (an unhashable static argument, a leaf it does not key).  Not
-        called for jax's state (``parse``'s reasons, disable_jit)."""
+    cdef object hand_off_like(self, Call* call, CacheEntry entry, str reason):
+        """The library takes a call on ``entry``, for ``reason`` (``entry``
+        None: handed off before one was found: an unhashable static argument,
+        a leaf the fast path does not key; never for jax's state): what the
+        call's arguments are, for the hand-off memo to compare later calls
+        with (``alike``), or None: the next call goes the whole way."""
+        return None
+
+    cdef bint alike(self, Call* call, object like):
+        """Whether the call's arguments are what ``hand_off_like`` described."""
+        return False
 
     cdef object returned(self, Call* call, object out):
         """The output, after the call's post hook (jit's); called only while

@@ -451,7 +451,6 @@ cdef class FilterDispatcher(Engine):
             fast = self._built(call, found, entry, out)
         except Exception as error:
             fast = MustHandOff.from_error(error)
-        self.remember(call, found, entry, entry.signature)
         return out, fast
 
     cdef tuple _built(self, Call* call, Found* found, CacheEntry entry, object out):

@@ -2,10 +2,10 @@
 """CompiledFunction: ``fastdispatch.jit``, the jax.jit front end of the engine.
 
 A call takes the engine's steps (core/engine.pyx's docstring lists them);
-jit's own is ``parse``, in this order:
-  memo       a call shaped as the last one jax.jit took for what its
-             arguments are (numpy values, a new step count, an unhashable
-             static argument) goes to jax.jit before anything is read
+jit's own is ``parse``, in this order (before it, the engine's hand-off
+memo sends a call shaped as the last one jax.jit took for what its arguments
+are, ``hand_off_like``: numpy values, a new step count, an unhashable static
+argument, to jax.jit before anything is read):
   guard      f(a, b, ...) laid out as the previous call (CallLayout): its
              leaves and static arguments checked in the caller's argument
              array; host data jax.jit converts faster is handed off here
@@ -278,20 +278,11 @@ cdef class CompiledFunction(Engine):
         return self.call(&call)
 
     cdef str parse(self, Call* call, Found* found, CallTimes* times):
-        """The hand-off memo, the guard on the argument array, jax's context,
-        else flatten."""
+        """The guard on the argument array, jax's context, else flatten."""
         cdef PreviousJitCall previous = <PreviousJitCall>self.previous
         cdef CacheEntry entry
         cdef Executable executable
         cdef tuple guarded = None   # the leaves of a call the previous one's layout guards
-        if self.handed_off_like is not None and (<CallShape>self.handed_off_like).matches(call):
-            # jax.jit took the last call of this shape: one it raises for (an
-            # unhashable static argument, a leaf it rejects), or a call of
-            # trees for its leaves' sake (numpy values, a step counter's new
-            # value: it converts them faster).  This one goes to it unflattened.
-            reason = self.handed_off_again(found)
-            if reason is not None:
-                return reason
         if previous is not None and previous.entry.evicted:
             previous = None   # its entry left the cache: no guess
         if previous is not None and previous.layout is not None:
@@ -362,7 +353,6 @@ cdef class CompiledFunction(Engine):
             fast = MustHandOff.from_error(error)
         if entry.warm_key is not None and compiled is not None:
             self._warm_save(entry, compiled, traced, None if type(fast) is tuple else fast.reason)
-        self.remember(call, found, entry, entry.signature)
         return out, fast
 
     cdef object _warm_save(self, CacheEntry entry, object compiled, object traced, str reason):
@@ -414,23 +404,27 @@ cdef class CompiledFunction(Engine):
                                      None if call.kwnames == NULL else <object>call.kwnames,
                                      self._static_argnames, signature)
         self.previous = previous
-        self.remember_hand_off(None, None, None)
         return 0
 
-    cdef void handed_off(self, Call* call, CacheEntry entry, str reason):
-        """jax.jit takes a call.  Handed off before any entry was found (None: jax.jit
-        raises for it, as a rule): the next of its shape goes to jax.jit before
-        it is flattened.  On ``entry``, for the leaves' sake, where the call's
-        arguments are trees: the next call laid out alike goes to jax.jit
-        before it is flattened (see parse)."""
+    cdef object hand_off_like(self, Call* call, CacheEntry entry, str reason):
+        """The call's shape, for the hand-off memo: where jax.jit took it
+        before any entry was found (jax.jit raises for it, as a rule: an
+        unhashable static argument, a leaf it rejects), or on ``entry`` for
+        its leaves' sake (numpy values, a step counter's new value: jax.jit
+        converts them faster) where its arguments are trees, which the
+        previous call's layout does not guard.  The next call of that shape
+        goes to jax.jit unflattened."""
         if entry is None:
-            self.remember_hand_off(shape_of(call), reason, None)
-            return
+            return shape_of(call)
         cdef PreviousJitCall previous = <PreviousJitCall>self.previous
         if previous is None or previous.entry is not entry or previous.layout is not None:
-            return
+            return None
         if reason is _HOST_DATA or reason is _NEW_SCALAR:
-            self.remember_hand_off(shape_of(call), reason, entry.signature)
+            return shape_of(call)
+        return None
+
+    cdef bint alike(self, Call* call, object like):
+        return (<CallShape>like).matches(call)
 
     cdef object traced(self, Call* call):
         """jax.jit's trace of the call: cached, as jax.jit ran one like it."""

@@ -162,13 +162,6 @@ cdef class NnxJitFunction(Engine):
             found_entry(found, record.entry, inputs, record)
             return None
         setattr(_graph_context, _static_cache, static_cache)
-        if (holding is None and self.handed_off_like is not None
-                and self.handed_off_like == _arguments_key(args, kwargs)):
-            # flax's call, as the last one on these arguments was, without
-            # splitting them first.
-            reason = self.handed_off_again(found)
-            if reason is not None:
-                return reason
         split = self.flax_call(self, args, kwargs, holding)
         keep(&found.scope, split)
         found_arguments(found, split.treedef, split.leaves, split.static_args, context, (),
@@ -184,8 +177,9 @@ cdef class NnxJitFunction(Engine):
         """flax's jax.jit on the open split, then its merge (or the write-back
         into a record holding the graph, for a new shape); then the executable
         of the Graph the call left (MustHandOff: one no record can serve, its
-        entry's calls flax's), written to the warm-start store, and the record
-        of the graph.  Entries found later merge as flax does (``Merged``)."""
+        entry's calls flax's), written to the warm-start store (``remember``
+        then makes the graph's record).  Entries found later merge as flax
+        does (``Merged``)."""
         split = <object>found.scope
         with recording:
             out = split.run()
@@ -195,8 +189,7 @@ cdef class NnxJitFunction(Engine):
             fast = (self._executable(graph, entry), Merged(self.flax_function, graph.compiled))
         except Exception as error:
             return out, MustHandOff.from_error(error)
-        self._record(found, split, graph, entry)
-        return out, fast
+        return out, fast   # remember makes the graph's record
 
     cdef object warm_key(self, Call* call, Found* found, CallSignature signature, object store):
         """The split call's key in the warm-start store, or None."""
@@ -214,8 +207,9 @@ cdef class NnxJitFunction(Engine):
 
     cdef int remember(self, Call* call, Found* found, CacheEntry entry,
                       CallSignature signature) except -1:
-        """A split call ``entry`` runs, found or loaded: the Record of its
-        graph, for this call (a write-back, not flax's merge) and the next."""
+        """A split call ``entry`` runs, found, loaded or compiled: the Record
+        of its graph, for this call (a write-back, not flax's merge, where it
+        has yet to run) and the next."""
         if found.scope == NULL or entry.executable is None:
             return 0
         split = <object>found.scope
@@ -230,7 +224,6 @@ cdef class NnxJitFunction(Engine):
         return 0
 
     cdef int _record(self, Found* found, object split, object graph, CacheEntry entry) except -1:
-        self.remember_hand_off(None, None, None)
         cdef Record record
         if split.holding is not None and graph.guards is split.holding.guards:
             record = <Record>split.holding
@@ -243,11 +236,13 @@ cdef class NnxJitFunction(Engine):
         keep(&found.leaves, graph.leaves)
         return 0
 
-    cdef void handed_off(self, Call* call, CacheEntry entry, str reason):
+    cdef object hand_off_like(self, Call* call, CacheEntry entry, str reason):
         """flax takes the call: the next on the same arguments goes to it
-        before they are split, but every 64th (see parse)."""
-        self.remember_hand_off(_arguments_key(call_args(call), call_kwargs(call)), reason,
-                               None if entry is None else entry.signature)
+        before they are split (the hand-off memo)."""
+        return _arguments_key(call_args(call), call_kwargs(call))
+
+    cdef bint alike(self, Call* call, object like):
+        return like == _arguments_key(call_args(call), call_kwargs(call))
 
     def clear_cache(self):
         """Forget the records and executables (flax's jit keeps its own traces)."""
