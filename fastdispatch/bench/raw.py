@@ -16,6 +16,7 @@ def raw_runner(
     kwargs: dict | None = None,
     new_scalars: tuple = (),
     feed_back: bool = False,
+    first_fed: int = 0,
 ):
     """A zero-argument callable that runs ``compiled`` on ``args`` and
     ``kwargs`` through the bare PjRt call:
@@ -37,7 +38,8 @@ def raw_runner(
     ``feed_back``: each call runs on the previous call's outputs, as a
     training loop does: output ``j`` replaces input leaf ``j`` for the
     outputs that lead the output list with the inputs' avals (the new params
-    and optimizer state; flax's graph leaves).  On an accelerator that is the
+    and optimizer state; flax's graph leaves); ``first_fed``: the output that
+    feeds leaf 0, the ones before it the executable's own (equinox's marker).  On an accelerator that is the
     floor such a loop can reach: PjRt charges each input still being computed
     by the previous launch (about 5 us a buffer on a TPU v5e's host, nothing
     on the CPU, which runs a launch before returning).
@@ -76,7 +78,7 @@ def raw_runner(
         return sent
 
     if not parts.with_tokens:
-        feeds = _feeds(compiled, parts, leaves) if feed_back else ()
+        feeds = _feeds(compiled, parts, leaves, first_fed) if feed_back else ()
 
         def run():
             outputs = execute(inputs()).consume_with_handlers(handlers)
@@ -107,11 +109,12 @@ def _physical(array):
     return array
 
 
-def _feeds(compiled, parts, leaves) -> tuple:
+def _feeds(compiled, parts, leaves, first_fed=0) -> tuple:
     """``(input position, output index)`` for each output fed back: the
-    leading outputs whose avals are those of the input leaves of the same
-    index, each to that leaf's kept position (pruned leaves are fed nothing)."""
-    avals = jax.tree_util.tree_leaves(compiled.out_info)
+    outputs from ``first_fed`` on whose avals are those of the input leaves
+    in the same order, each to that leaf's kept position (pruned leaves are
+    fed nothing)."""
+    avals = jax.tree_util.tree_leaves(compiled.out_info)[first_fed:]
     position = {index: p for p, index in enumerate(parts.kept)}
     feeds = []
     for j, out in enumerate(avals):
@@ -119,5 +122,5 @@ def _feeds(compiled, parts, leaves) -> tuple:
         if getattr(leaf, "shape", None) != out.shape or getattr(leaf, "dtype", None) != out.dtype:
             break
         if j in position:
-            feeds.append((position[j], j))
+            feeds.append((position[j], j + first_fed))
     return tuple(feeds)

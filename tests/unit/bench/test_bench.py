@@ -71,6 +71,23 @@ def test_equinox_rows_run_against_equinox_and_its_executable():
         assert not result.hand_offs
 
 
+def test_the_equinox_training_step_s_raw_limit_runs_on_the_model_it_returned():
+    equinox = pytest.importorskip("equinox")
+    (workload,) = [w for w in eqx.WORKLOADS if w.name == "eqx_train_step"]
+    run, own_outputs = workload.raw(workload)
+    args, kwargs = workload.make_args()
+    model, value = args[0], None
+    for _ in range(3):
+        got = run()
+        model, value = equinox.filter_jit(workload.fun)(model, *args[1:], **kwargs)
+    # Past equinox's marker, the model's leaves, then the loss: each call on
+    # the model the last one returned, as the loop's own calls are.
+    assert own_outputs == 1
+    arrays = jax.tree.leaves(equinox.filter(model, equinox.is_array))
+    assert [leaf.tolist() for leaf in got[1:-1]] == [leaf.tolist() for leaf in arrays]
+    assert got[-1].tolist() == value.tolist()
+
+
 @needs_flax
 def test_nnx_rows_run_against_flax_and_its_executable():
     result = tiny_run("nnx_mlp_adam", nnx.implementations())
