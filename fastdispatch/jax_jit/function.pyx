@@ -55,6 +55,7 @@ cdef object _settings_hand_off = _jax.settings_hand_off
 cdef object _trace_context = _jax.trace_context
 cdef str _HOST_DATA = _reasons.HOST_DATA
 cdef str _NEW_SCALAR = _reasons.NEW_SCALAR
+cdef str _SCALAR_CONVERSION = _reasons.SCALAR_CONVERSION
 cdef str _JAX_JIT = "jax.jit"
 
 # The calls whose numpy values and new Python scalars an entry loaded by warm
@@ -411,15 +412,15 @@ cdef class CompiledFunction(Engine):
         before any entry was found (jax.jit raises for it, as a rule: an
         unhashable static argument, a leaf it rejects), or on ``entry`` for
         its leaves' sake (numpy values, a step counter's new value: jax.jit
-        converts them faster) where its arguments are trees, which the
-        previous call's layout does not guard.  The next call of that shape
-        goes to jax.jit unflattened."""
+        converts them faster; a value jax.jit raises for) where its arguments
+        are trees, which the previous call's layout does not guard.  The next
+        call of that shape goes to jax.jit unflattened."""
         if entry is None:
             return shape_of(call)
         cdef PreviousJitCall previous = <PreviousJitCall>self.previous
         if previous is None or previous.entry is not entry or previous.layout is not None:
             return None
-        if reason is _HOST_DATA or reason is _NEW_SCALAR:
+        if reason is _HOST_DATA or reason is _NEW_SCALAR or reason is _SCALAR_CONVERSION:
             return shape_of(call)
         return None
 

@@ -70,6 +70,28 @@ def test_tree_calls_jax_takes_for_their_leaves_are_handed_off_before_flattening(
     np.testing.assert_array_equal(f(tree, jnp.full(3, 2.0)), np.full(3, 2.0))
 
 
+def test_a_tree_call_with_a_value_jax_raises_for_goes_to_jax_before_flattening(sink):
+    def scaled(tree, step):
+        return sum(tree.value) * step
+
+    # 20 arrays beside the step: the fast path converts a new step itself.
+    tree = Counted([jnp.full(3, float(i)) for i in range(20)])
+    flattens = []
+    for f in (jax.jit(scaled), fastdispatch.jit(scaled)):
+        f(tree, 3)
+        sink.calls.clear()
+        Counted.flattens = 0
+        for _ in range(63):
+            with pytest.raises(OverflowError):
+                f(tree, 2**40)  # too large for int32: jax.jit's OverflowError
+        flattens.append(Counted.flattens)
+    # Ours flattened the first (to find its entry and try the value); the
+    # rest went to jax.jit unflattened, as each was to raise there.
+    assert flattens[1] == flattens[0] + 1
+    assert set(sink.reasons()) == {"scalar_conversion"}
+    np.testing.assert_array_equal(f(tree, 2), np.full(3, 380.0))
+
+
 def test_unhashable_static_argument_gets_jax_error(sink):
     f = fastdispatch.jit(lambda x, opts: x, static_argnums=1)
     with pytest.raises(ValueError, match="Non-hashable static arguments are not supported"):
