@@ -82,7 +82,7 @@ cdef struct Found:
     PyObject* treedef      # parse: the structure of the traced arguments
     PyObject* leaves       # parse: the executable's inputs (a list or a tuple)
     PyObject* static_args  # parse: (label, type, value) triples, in key order
-    PyObject* context      # parse: jax's trace context, part of every key
+    PyObject* context      # jax's trace context, part of every key (Engine.trace_context)
     PyObject* arg_names    # parse: the leaves' argument names, for reports
     PyObject* front        # parse: how reports name the leaves (or NULL)
     # parse: what the front end keeps open across the steps (nnx.jit: flax's
@@ -105,12 +105,12 @@ cdef inline void keep(PyObject** field, object value) noexcept:
     field[0] = <PyObject*>value
 
 # What the front end's parse found: the call's traced arguments, for `find`.
+# (jax's trace context is the engine's: its ``find`` reads it, once a call.)
 cdef inline void found_arguments(Found* found, object treedef, object leaves, tuple static_args,
-                                 tuple context, tuple arg_names, object front) noexcept:
+                                 tuple arg_names, object front) noexcept:
     keep(&found.treedef, treedef)
     keep(&found.leaves, leaves)
     keep(&found.static_args, static_args)
-    keep(&found.context, context)
     keep(&found.arg_names, arg_names)
     keep(&found.front, front)
 
@@ -147,6 +147,11 @@ cdef class Engine:
     cdef CallSignature memo_signature      # the leaves it took, as --trace reports them
     cdef CacheEntry memo_entry             # the entry of those leaves, or None
     cdef unsigned long long watched_launches   # launches --trace watched (its device sampling)
+
+    # jax's trace context at this call: read once, the first time a step or a
+    # front end's guard asks (each guard compares it: a call under another
+    # context is another program).
+    cdef tuple trace_context(self, Found* found)
 
     # The steps, in the order a call takes them (each returns why the library
     # runs the call, or None).

@@ -6,11 +6,14 @@ is ``Engine.call``, which reads as jaxlib's pjit.cc reads its own Call:
 
   state      jax's: a transformation tracing right now, or jax_debug_nans
              on, hands the call off
-  parse      the front end's: its guard, jax's trace context (part of every
-             key), the call's leaves and static parts (flatten, bind, split
-             the graph); or the entry its own guard proved
+  memo       a call the front end finds alike the last one the library
+             took goes to it unread (but every 64th)
+  parse      the front end's: its guard, the call's leaves and static parts
+             (flatten, bind, split the graph); or the entry its own guard
+             proved
   find       the guard against the previous call's own signature, else a
-             CallSignature looked up in the function's cache; a miss
+             CallSignature (with jax's trace context, read once a call:
+             ``trace_context``) looked up in the function's cache; a miss
              compiles (``compile``: the front end's ``cache_miss``, the
              library's own call and its executable taken) or, with warm start on,
              loads (``warm``: the front end's ``warm_key`` and
@@ -57,6 +60,7 @@ cdef object _trace_state = _jax.TRACE_STATE
 cdef str _trace_state_attr = _jax.TRACE_STATE_ATTR
 cdef object _clean_trace_state = _jax.CLEAN_TRACE_STATE
 cdef object _settings_hand_off = _jax.settings_hand_off
+cdef object _jax_trace_context = _jax.trace_context
 # The hand-off of a call make_signature does not key, by what it did not key.
 cdef dict _UNKEYED = {
     LEAF_TRACER: _reasons.TRACER,
@@ -91,6 +95,13 @@ def library_function(function):
     if isinstance(function, Engine):
         return function.library_function()
     return function
+
+
+def current_trace_context():
+    """jax's trace context now, for a front end keying outside a call's
+    steps (nnx.jit's graphs, made while flax's call runs); in a call, a step
+    asks ``Engine.trace_context``."""
+    return _jax_trace_context()
 
 
 cdef bint trace_state_clean() noexcept:
@@ -285,6 +296,12 @@ cdef class Engine:
             return self.returned(call, out)
         return out
 
+    cdef tuple trace_context(self, Found* found):
+        """jax's trace context now, read once a call (kept in ``found``)."""
+        if found.context == NULL:
+            keep(&found.context, _jax_trace_context())
+        return <tuple>found.context
+
     cdef void start_packing(self, Call* call, CacheEntry entry):
         """The entry's calls bring host leaves, one transfer each: have its
         packed variant compiled in the background from the call's trace (the
@@ -304,7 +321,7 @@ cdef class Engine:
         cdef TreeDef treedef = <TreeDef>found.treedef
         cdef list leaves = <list>found.leaves
         cdef tuple static_args = <tuple>found.static_args
-        cdef tuple context = <tuple>found.context
+        cdef tuple context = self.trace_context(found)
         # The guard compares with the previous call's own objects, not the
         # entry's, and takes an equal leaf's objects as its own: a training
         # loop feeds back outputs whose avals differ (by identity) from those

@@ -58,7 +58,6 @@ cdef extern from "Python.h":
     PyObject* PyWeakref_GET_OBJECT(object ref)
 
 cdef str _EQUINOX = "equinox"
-cdef object _trace_context = _jax.trace_context
 cdef str _TRACER = _reasons.TRACER
 cdef str _UNSUPPORTED_LEAF = _reasons.UNSUPPORTED_LEAF
 cdef str _ARGUMENT_BINDING = _reasons.ARGUMENT_BINDING
@@ -328,7 +327,7 @@ cdef class FilterDispatcher(Engine):
         cdef tuple args = call_args(call)
         cdef dict kwargs = call_kwargs(call)
         cdef dict fields = PyObject_GenericGetDict(<object>call.function, NULL)
-        cdef tuple context = _trace_context()
+        cdef tuple context = self.trace_context(found)
         cdef BindPlan plan = self.plan_for(<object>PyDict_GetItem(fields, _SIGNATURE), args, kwargs)
         if plan.refused:
             return _ARGUMENT_BINDING
@@ -360,7 +359,7 @@ cdef class FilterDispatcher(Engine):
             return _HOST_DATA
         static_args = _static_part(<object>PyDict_GetItem(fields, _STATIC_FUN),
                                    donate_first, donate_rest, static)
-        found_arguments(found, treedef, inputs, static_args, context, plan.arg_names, _FRONT)
+        found_arguments(found, treedef, inputs, static_args, plan.arg_names, _FRONT)
         return None
 
     cdef str _partition(self, TreeDef treedef, tuple bound, list leaves, tuple static, list dynamic,

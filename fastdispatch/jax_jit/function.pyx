@@ -52,7 +52,6 @@ cdef extern from "Python.h":
 
 
 cdef object _settings_hand_off = _jax.settings_hand_off
-cdef object _trace_context = _jax.trace_context
 cdef str _HOST_DATA = _reasons.HOST_DATA
 cdef str _NEW_SCALAR = _reasons.NEW_SCALAR
 cdef str _SCALAR_CONVERSION = _reasons.SCALAR_CONVERSION
@@ -307,7 +306,7 @@ cdef class CompiledFunction(Engine):
                 if reason is not None:
                     found_entry(found, entry, guarded, None)   # a hit, handed off
                     return reason
-        context = _trace_context()
+        context = self.trace_context(found)
         if previous is not None and not previous.signature.same_context(context):
             # jax's settings changed since the previous call: one jax.jit
             # itself runs (disable_jit, say) goes to it before flattening.
@@ -326,7 +325,7 @@ cdef class CompiledFunction(Engine):
                                                      self._static_argnames)
         cdef list leaves = []
         cdef TreeDef treedef = flatten_into((args, kwargs), leaves)
-        found_arguments(found, treedef, leaves, static_args, context, self._dynamic_arg_names, None)
+        found_arguments(found, treedef, leaves, static_args, self._dynamic_arg_names, None)
         return None
 
     # -- the engine's hooks ------------------------------------------------

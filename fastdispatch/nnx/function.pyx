@@ -18,6 +18,7 @@ from cpython.sequence cimport PySequence_Fast_ITEMS
 from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE
 
 from fastdispatch.core.cache cimport CacheEntry, CompiledFunctionCache
+from fastdispatch.core.engine import current_trace_context
 from fastdispatch.core.engine cimport (
     Call, Engine, Found, call_args, call_from, call_kwargs, found_arguments, found_entry,
     install_vectorcall, keep, warm_store)
@@ -34,7 +35,6 @@ from fastdispatch import _jax, _reasons
 from fastdispatch._reasons import MustHandOff
 
 cdef str _FLAX = "flax"
-cdef object _trace_context = _jax.trace_context
 cdef str _NOT_GRAPH_UPDATES = _reasons.NOT_GRAPH_UPDATES
 
 # Set by fastdispatch.nnx (configure): what of flax the front end reads.
@@ -55,7 +55,7 @@ def signature_of(TreeDef treedef, list leaves, tuple static_args=(), front=None)
     """The CallSignature of a split call's dynamic leaves and its static
     arguments' (label, type, value) triples, under jax's context now;
     ``front`` names its leaves for reports (see CallSignature.front)."""
-    signature = _signature_of(treedef, leaves, static_args, _trace_context(), front)
+    signature = _signature_of(treedef, leaves, static_args, current_trace_context(), front)
     if signature is None:
         raise TypeError("a leaf the dispatcher does not key")
     return signature
@@ -122,7 +122,7 @@ cdef class NnxJitFunction(Engine):
             return _NOT_GRAPH_UPDATES
         cdef tuple args = call_args(call)
         cdef dict kwargs = call_kwargs(call)
-        cdef tuple context = _trace_context()
+        cdef tuple context = self.trace_context(found)
         cdef Record record
         cdef list inputs
         cdef Py_ssize_t i
@@ -164,7 +164,7 @@ cdef class NnxJitFunction(Engine):
         setattr(_graph_context, _static_cache, static_cache)
         split = self.flax_call(self, args, kwargs, holding)
         keep(&found.scope, split)
-        found_arguments(found, split.treedef, split.leaves, split.static_args, context, (),
+        found_arguments(found, split.treedef, split.leaves, split.static_args, (),
                         split.paths)
         return None
 
