@@ -41,7 +41,8 @@ def step(model, x):
 
 
 def set_value(model):
-    model.first.kernel.value = model.first.kernel.value * 0.5 + 1.0
+    kernel = model.first.kernel  # get_value and set_value: flax 0.12 deprecates .value
+    kernel.set_value(kernel.get_value() * 0.5 + 1.0)
 
 
 def change_shape(model):
@@ -66,7 +67,7 @@ def share_variable(model):
 
 
 def set_wrong_shape(model):
-    model.first.kernel.value = jnp.ones((2, 2))  # the call fails, as flax's does
+    model.first.kernel.set_value(jnp.ones((2, 2)))  # the call fails, as flax's does
 
 
 MUTATIONS = {
