@@ -39,10 +39,11 @@ def raw_runner(
     training loop does: output ``j`` replaces input leaf ``j`` for the
     outputs that lead the output list with the inputs' avals (the new params
     and optimizer state; flax's graph leaves); ``first_fed``: the output that
-    feeds leaf 0, the ones before it the executable's own (equinox's marker).  On an accelerator that is the
-    floor such a loop can reach: PjRt charges each input still being computed
-    by the previous launch (about 5 us a buffer on a TPU v5e's host, nothing
-    on the CPU, which runs a launch before returning).
+    feeds leaf 0, the ones before it the executable's own (equinox's
+    marker).  On an accelerator that is the floor such a loop can reach: PjRt
+    charges each input still being computed by the previous launch (about 5
+    us a buffer on a TPU v5e's host, nothing on the CPU, which runs a launch
+    before returning).
     """
     parts = _jax.executable_parts(compiled)
     if isinstance(parts, str):
