@@ -6,7 +6,7 @@ import json
 import jax
 import jax.numpy as jnp
 import pytest
-from frontends import needs_flax
+from frontends import needs_equinox, needs_flax
 
 from fastdispatch import bench
 from fastdispatch.bench import dispatch, eqx, nnx, report
@@ -71,8 +71,10 @@ def test_equinox_rows_run_against_equinox_and_its_executable():
         assert not result.hand_offs
 
 
+@needs_equinox
 def test_the_equinox_training_step_s_raw_limit_runs_on_the_model_it_returned():
-    equinox = pytest.importorskip("equinox")
+    import equinox
+
     (workload,) = [w for w in eqx.WORKLOADS if w.name == "eqx_train_step"]
     run, own_outputs = workload.raw(workload)
     args, kwargs = workload.make_args()
