@@ -235,14 +235,14 @@ cdef class Engine:
                     reason = _TRACER
                 elif _special_checks_maybe_on and _needs_special_checks():
                     reason = _DEBUG_NANS
-                elif self.handed_off_like is not None and self.alike(call, self.handed_off_like):
-                    # The library took the last call alike this one: this one
-                    # goes to it unread, but every 64th (handed_off_again).
-                    reason = self.handed_off_again(&found)
+                else:
+                    reason = None
+                    if self.handed_off_like is not None and self.alike(call, self.handed_off_like):
+                        # The library took the last call alike this one: this
+                        # one goes to it unread, but every 64th (handed_off_again).
+                        reason = self.handed_off_again(&found)
                     if reason is None:
                         reason = self.parse(call, &found, &times)
-                else:
-                    reason = self.parse(call, &found, &times)
                 if reason is None and found.entry == NULL and found.out == NULL:
                     reason = self.find(call, &found, &times)
                 if found.entry != NULL and not found.loaded:

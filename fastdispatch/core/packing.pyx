@@ -7,8 +7,8 @@ per numpy leaf and per new Python scalar on every call.  An entry whose calls
 bring two or more such leaves, on one device, gets a second executable after
 PACK_AFTER_CALLS calls: compiled in a thread beside the program from the
 call's own jaxpr (jax.jit's trace of it, cached), it takes those leaves'
-bytes as one uint8 array and slices and bitcasts them back on the device.  Its calls then
-make one transfer where jax.jit makes one per leaf.
+bytes as one uint8 array and slices and bitcasts them back on the device.
+Its calls then make one transfer where jax.jit makes one per leaf.
 
     plan (make_executable) -> start (the PACK_AFTER_CALLS-th call)
         -> compile in the background -> Packed.run on later calls
