@@ -35,6 +35,7 @@ import os
 import sys
 import threading
 import time
+import weakref
 
 from fastdispatch import _jax
 from fastdispatch.warm.store import write_atomically
@@ -94,7 +95,7 @@ class Preloader:
         for thread in self._threads:
             thread.start()
         if self._threads:
-            atexit.register(self.stop)
+            _started.add(self)
         return self._threads
 
     def stop(self) -> None:
@@ -207,6 +208,17 @@ class Preloader:
         wait = _WAIT_STEP
         while not _jax.backends_started() and not self._stopping.wait(wait):
             wait = min(wait * 2, _WAIT_STEP_MAX)
+
+
+# The preloaders whose threads may still load, stopped at exit (weakly: one
+# that warm start replaced goes, with what it loaded, once its threads end).
+_started = weakref.WeakSet()
+
+
+@atexit.register
+def _stop_all():
+    for preloader in list(_started):
+        preloader.stop()
 
 
 def _rewrite(manifest, keys):

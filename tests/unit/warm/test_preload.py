@@ -156,13 +156,11 @@ def test_stopped_at_exit_no_more_loads_begin_and_the_begun_ones_end(stored, monk
     monkeypatch.setattr(preload, "thread_count", lambda n: 2)
     # The program never starts jax's backends: the threads wait, then stop.
     monkeypatch.setattr(preload._jax, "backends_started", lambda: False)
-    registered = []
-    monkeypatch.setattr(preload.atexit, "register", registered.append)
     preloader = preloader_of(store, keys)
     preloader.start()
-    assert registered == [preloader.stop]  # Python stops it at exit
+    assert preloader in preload._started  # Python stops it at exit (_stop_all)
     assert not preloader.join(0.2)
-    preloader.stop()
+    preload._stop_all()
     assert preloader.join(0)
     assert all(preloader.take(key) is None for key in keys)  # each key's miss reads it
 
