@@ -18,6 +18,14 @@ calls; a miss finds its executable loaded (``take``), waits for the one being
 loaded (never longer than a load of its own would take), or loads it itself
 when no thread has begun it.
 
+jax's own compiles (warm/jax_own.py) are in the manifest beside the front
+ends' calls.  Where two threads or more load, they load in the background
+too, after every front end's load has ended: on a TPU host an eager
+operation's load took 4-16 ms on its miss, but loaded side by side with a
+front end's executable they slowed its load four times (docs/warm-start.md).
+With one thread (a machine of two or three cores) they load on their misses,
+which leaves the thread to the front ends' executables.
+
 The threads wait for the program to start jax's backends itself, so that its
 own settings (platform, device count, x64) are in place first.  A file a
 thread cannot load is left to the miss, which reads it again, counts and warns.
@@ -38,10 +46,12 @@ import time
 import weakref
 
 from fastdispatch import _jax
+from fastdispatch.warm.jax_own import FILE_PREFIX as OWN_PREFIX
 from fastdispatch.warm.store import write_atomically
 
-# Keys loaded per program, at most.
-MAX_KEYS = 64
+# Keys loaded per program, at most (flax's MiniGPT tutorial uses 61: 4 of
+# its functions' and 57 of jax's own compiles).
+MAX_KEYS = 128
 # Threads loading at once: on a TPU host a large executable takes seconds to
 # load, and eight loads side by side took a fifth of the time of one after
 # another (docs/warm-start.md); on a machine of few cores, one, to leave the
@@ -61,6 +71,12 @@ def thread_count(keys: int) -> int:
     return max(1, min(MAX_THREADS, (os.cpu_count() or 2) // 2, keys))
 
 
+def loads_own_compiles() -> bool:
+    """Whether jax's own compiles load in the background here: where two
+    threads or more load, else on their misses."""
+    return thread_count(MAX_KEYS) > 1
+
+
 class Preloader:
     """One program's background loads, and its manifests, in one store."""
 
@@ -72,6 +88,8 @@ class Preloader:
         self._lock = threading.Lock()
         self._pending = {}  # key -> _Load, until its miss takes it
         self._queue = []  # the loads no thread has taken yet, the first-needed last
+        self._fronts_left = 0  # front ends' loads not ended: jax's own wait for them
+        self._fronts_ended = threading.Event()
         self._threads = []
         self._stopping = threading.Event()
 
@@ -83,11 +101,15 @@ class Preloader:
     def start(self) -> list[threading.Thread]:
         """Begin loading the manifest's keys in daemon threads (none: no keys)."""
         keys = self.latest_keys()
-        loads = [_Load(key) for key in keys]
+        fronts = [_Load(key) for key in keys if not key.startswith(OWN_PREFIX)]
+        owns = [_Load(key, own=True) for key in keys if key.startswith(OWN_PREFIX)]
         with self._lock:
-            for load in loads:
+            for load in fronts + owns:
                 self._pending[load.key] = load
-            self._queue = loads[::-1]
+            self._queue = (fronts + owns)[::-1]
+            self._fronts_left = len(fronts)
+            if not fronts:
+                self._fronts_ended.set()
         self._threads = [
             threading.Thread(target=self._run, name=f"fastdispatch-warm-preload-{i}", daemon=True)
             for i in range(thread_count(len(keys)) if keys else 0)
@@ -101,6 +123,7 @@ class Preloader:
     def stop(self) -> None:
         """Begin no more loads, and wait for the ones begun (at exit)."""
         self._stopping.set()
+        self._fronts_ended.set()
         with self._lock:
             self._queue.clear()  # their misses read them, as for any key not begun
         self.join()
@@ -122,6 +145,7 @@ class Preloader:
                 return None
             if not load.loading:
                 load.cancelled = True
+                self._ended(load)
                 return None
         load.done.wait()
         return load.value
@@ -171,8 +195,11 @@ class Preloader:
             elif line:
                 runs[-1].append(line)
         keys, seen = [], set()
+        own = loads_own_compiles()
         for run in reversed(runs):
             for key in run:
+                if not own and key.startswith(OWN_PREFIX):
+                    continue
                 if key not in seen and len(keys) < MAX_KEYS:
                     seen.add(key)
                     if os.path.exists(self.store.path(key)):
@@ -189,11 +216,15 @@ class Preloader:
                         load = None
                 if load is None:
                     return
+            if load.own:
+                self._fronts_ended.wait()
             outcome, stored = self.store.read_file(load.key)
             if outcome == "read":
                 self._wait_for_backends()
                 with self._lock:
                     load.loading = not (load.cancelled or self._stopping.is_set())
+                    if not load.loading:
+                        self._ended(load)
                 if not load.loading:
                     continue
                 try:
@@ -202,6 +233,18 @@ class Preloader:
                     outcome = "damaged"
             load.value = stored if outcome == "loaded" else None
             load.done.set()
+            with self._lock:
+                self._ended(load)
+
+    def _ended(self, load):
+        """Count a front end's load that ended (loaded, failed or cancelled)
+        once; the last lets jax's own compiles load.  The lock is held."""
+        if load.own or load.ended:
+            return
+        load.ended = True
+        self._fronts_left -= 1
+        if self._fronts_left == 0:
+            self._fronts_ended.set()
 
     def _wait_for_backends(self):
         """Until the program has started jax's backends, or stop was called."""
@@ -232,13 +275,14 @@ def _rewrite(manifest, keys):
 class _Load:
     """One key's background load: taken by a thread (``loading`` once it puts
     the executable on the devices), or cancelled by a miss that came first;
-    ``value`` once ``done``."""
+    ``value`` once ``done``; ``own``: one of jax's own compiles."""
 
-    __slots__ = ("cancelled", "done", "key", "loading", "value")
+    __slots__ = ("cancelled", "done", "ended", "key", "loading", "own", "value")
 
-    def __init__(self, key):
+    def __init__(self, key, own=False):
         self.key = key
-        self.loading = self.cancelled = False
+        self.own = own
+        self.loading = self.cancelled = self.ended = False
         self.value = None
         self.done = threading.Event()
 

@@ -82,18 +82,15 @@ class Store:
         self.jax_cache = {"directory": None, "owner": None, "settings": {}}
 
     def sharing(self) -> Store:
-        """Another view of this store (its directory, lock and settings) with
-        counts and refusals of its own, and no background loads: jax's own
+        """Another view of this store (its directory, lock, settings and
+        background loads) with counts and refusals of its own: jax's own
         compiles (warm/jax_own.py) are counted apart from the front ends'
-        calls, and load on their misses.  (Loaded in the background too, they
-        kept the thread busy through a first step: measured in
-        docs/warm-start.md.)"""
+        calls."""
         view = object.__new__(Store)
         view.__dict__.update(self.__dict__)
         view.counts = dict.fromkeys(self.counts, 0)
         view.not_stored = {}
         view.reasons = {}
-        view.preloader = None
         return view
 
     def note_machine(self, machine: dict) -> None:

@@ -5,13 +5,17 @@ tests/e2e/test_warm_start.py."""
 
 from __future__ import annotations
 
+import shutil
 import threading
 
+import jax
 import jax.numpy as jnp
+import numpy as np
 import pytest
 
 import fastdispatch
-from fastdispatch.warm import preload
+from fastdispatch.warm import preload, refill
+from fastdispatch.warm.jax_own import FILE_PREFIX
 from fastdispatch.warm.store import Store
 
 
@@ -175,3 +179,80 @@ def test_a_file_that_does_not_load_is_left_to_the_miss(stored):
     assert preloader.join(30)
     assert preloader.take(keys[0]) is None  # damaged: the miss reads, counts and warns
     assert preloader.take(keys[1]) is not None
+
+
+def test_jax_own_compiles_load_after_every_front_end_s_load_has_ended(stored, monkeypatch):
+    store, keys = stored
+    # Two of jax's own compiles (their files named so), asked for first and
+    # between the front ends' calls.
+    own = [FILE_PREFIX + "a", FILE_PREFIX + "b"]
+    for key in own:
+        shutil.copy(store.path(keys[0]), store.path(key))
+    monkeypatch.setattr(preload, "thread_count", lambda n: 2)
+    started = threading.Event()
+    monkeypatch.setattr(preload._jax, "backends_started", started.is_set)
+    events = []
+    deserialize = store.deserialize
+
+    def logged(content, trees=None):
+        name = threading.current_thread().name
+        events.append(("begin", name))
+        try:
+            return deserialize(content, trees)
+        finally:
+            events.append(("end", name))
+
+    read = []
+    read_file = store.read_file
+    monkeypatch.setattr(store, "read_file", lambda key: (read.append(key), read_file(key))[1])
+    monkeypatch.setattr(store, "deserialize", logged)
+    preloader = preloader_of(store, [own[0], keys[0], keys[1], own[1], keys[2]])
+    preloader.start()
+    assert not preloader.join(0.3)
+    assert read == keys[:2]  # the front ends' first, in their order
+    # A miss that cancels a front end's load not begun counts it as ended
+    # (taken from another thread: a miss never waits for the lock it holds).
+    taken = []
+    miss = threading.Thread(target=lambda: taken.append(preloader.take(keys[2])))
+    miss.start()
+    miss.join(10)
+    assert taken == [None]
+    started.set()
+    assert preloader.join(30)
+    assert read[:2] == keys[:2] and sorted(read[2:]) == own
+    # jax's own loads began once both front ends' had ended.
+    assert [kind for kind, _ in events[:4]].count("end") == 2
+    assert all(preloader.take(key) is not None for key in [*own, *keys[:2]])
+
+
+def test_jax_own_compiles_load_in_the_background_where_two_threads_load(
+    tmp_path, cache_settings, monkeypatch
+):
+    program = str(tmp_path / "prog.py")
+    x = jax.device_put(np.arange(6.0, dtype=np.float32).reshape(2, 3))
+
+    def run():  # one process: warm start from its start, two eager operations
+        fastdispatch.warm_start(tmp_path / "store", program=program)
+        jax.clear_caches()  # what earlier runs compiled misses again
+        try:
+            assert fastdispatch.warm.wait_for_preload(30)  # before the misses, which would not wait
+            result = jnp.cos(x) - 3
+            return result, fastdispatch.warm_start_stats()["jax_own"]
+        finally:
+            refill.join()
+            fastdispatch.warm_start(None)
+
+    first, counts = run()
+    assert (counts["written"], counts["preloaded"]) == (2, 0)
+    # The manifest names them; on a machine where one thread loads, their
+    # misses load them.
+    monkeypatch.setattr(preload, "thread_count", lambda n: 1)
+    second, counts = run()
+    assert (counts["loaded"], counts["preloaded"]) == (2, 0)
+    monkeypatch.setattr(preload, "thread_count", lambda n: 2)
+    third, counts = run()
+    assert (counts["loaded"], counts["preloaded"], counts["written"]) == (2, 2, 0)
+    for result in (second, third):
+        np.testing.assert_array_equal(result, first)
+        assert (result.dtype, result.weak_type) == (first.dtype, first.weak_type)
+        assert result.sharding == first.sharding
