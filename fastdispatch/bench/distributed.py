@@ -52,7 +52,7 @@ FULL = (15, 64)
 QUICK = (5, 32)
 
 
-# -- the workload (tests/distributed/data_parallel.py keeps a copy for the tests) --
+# -- the workload (the distributed tests run it too) --
 
 
 def loss(params, x, y):

@@ -25,10 +25,10 @@ init_timeout = int(sys.argv[3]) if len(sys.argv) > 3 else INITIALIZATION_TIMEOUT
 process_id, num_processes = initialize(initialization_timeout=init_timeout)
 
 import jax  # noqa: E402
-from data_parallel import problem, train_step  # noqa: E402
 from jax.sharding import Mesh  # noqa: E402
 
 import fastdispatch  # noqa: E402
+from fastdispatch.bench.distributed import problem, train_step  # noqa: E402
 
 params, x, y = problem(Mesh(np.array(jax.devices()), ("data",)), process_id, num_processes)
 step = fastdispatch.jit(train_step)

@@ -23,10 +23,10 @@ process_id, num_processes = initialize()
 
 import jax  # noqa: E402
 from contract import assert_same_tree  # noqa: E402
-from data_parallel import SYNC_EVERY, loss, problem, train, train_step  # noqa: E402
 from jax.sharding import Mesh  # noqa: E402
 
 import fastdispatch  # noqa: E402
+from fastdispatch.bench.distributed import SYNC_EVERY, loss, problem, train, train_step  # noqa: E402
 
 warnings.simplefilter("error")  # as pytest runs the suite
 mesh = Mesh(np.array(jax.devices()), ("data",))

@@ -19,10 +19,10 @@ store, steps = sys.argv[1], int(sys.argv[2])
 process_id, num_processes = initialize()
 
 import jax  # noqa: E402
-from data_parallel import SYNC_EVERY, problem, train_step  # noqa: E402
 from jax.sharding import Mesh  # noqa: E402
 
 import fastdispatch  # noqa: E402
+from fastdispatch.bench.distributed import SYNC_EVERY, problem, train_step  # noqa: E402
 
 fastdispatch.warm_start(store)
 traced = []
