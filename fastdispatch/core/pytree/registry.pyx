@@ -183,7 +183,7 @@ def _direct_fields(type cls, tuple data_fields, tuple meta_fields):
     if code is None or code.co_filename != "<string>" or init.__qualname__ != cls.__qualname__ + ".__init__":
         return None
     if (hasattr(cls, "__post_init__") or cls.__new__ is not object.__new__
-            or any("__slots__" in vars(base) for base in cls.__mro__[:-1])):
+            or any("__slots__" in vars(base) for base in cls.__mro__ if base is not object)):
         return None
     fields = dataclasses.fields(cls)
     if not all(f.init for f in fields) or any(
