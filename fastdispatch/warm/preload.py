@@ -225,8 +225,7 @@ class Preloader:
                     load.loading = not (load.cancelled or self._stopping.is_set())
                     if not load.loading:
                         self._ended(load)
-                if not load.loading:
-                    continue
+                        continue
                 try:
                     outcome, stored = self.store.deserialize(stored)
                 except BaseException:  # a load that fails is the miss's to report
