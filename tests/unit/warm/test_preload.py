@@ -92,6 +92,14 @@ def stored(tmp_path):
     return Store(tmp_path), keys
 
 
+def reads_of(store, monkeypatch) -> list:
+    """The keys whose files the store reads from now on, in order."""
+    read = []
+    read_file = store.read_file
+    monkeypatch.setattr(store, "read_file", lambda key: (read.append(key), read_file(key))[1])
+    return read
+
+
 def preloader_of(store, keys):
     preloader = preload.Preloader(store, "/somewhere/prog.py")
     for key in keys:
@@ -114,9 +122,7 @@ def test_loads_begin_in_the_order_of_need_several_at_once(stored, monkeypatch):
             both.wait()
         return deserialize(content, trees)
 
-    read = []
-    read_file = store.read_file
-    monkeypatch.setattr(store, "read_file", lambda key: (read.append(key), read_file(key))[1])
+    read = reads_of(store, monkeypatch)
     monkeypatch.setattr(store, "deserialize", side_by_side)
     preloader = preloader_of(store, keys)
     assert len(preloader.start()) == 2
@@ -138,9 +144,7 @@ def test_files_are_read_before_the_backends_start_and_loaded_after(stored, monke
     monkeypatch.setattr(
         store, "deserialize", lambda content, trees=None: (loaded.append(1), deserialize(content, trees))[1]
     )
-    read = []
-    read_file = store.read_file
-    monkeypatch.setattr(store, "read_file", lambda key: (read.append(key), read_file(key))[1])
+    read = reads_of(store, monkeypatch)
     preloader = preloader_of(store, keys)
     preloader.start()
     assert not preloader.join(0.3)
@@ -202,9 +206,7 @@ def test_jax_own_compiles_load_after_every_front_end_s_load_has_ended(stored, mo
         finally:
             events.append(("end", name))
 
-    read = []
-    read_file = store.read_file
-    monkeypatch.setattr(store, "read_file", lambda key: (read.append(key), read_file(key))[1])
+    read = reads_of(store, monkeypatch)
     monkeypatch.setattr(store, "deserialize", logged)
     preloader = preloader_of(store, [own[0], keys[0], keys[1], own[1], keys[2]])
     preloader.start()
