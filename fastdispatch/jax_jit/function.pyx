@@ -306,10 +306,10 @@ cdef class CompiledFunction(Engine):
                 if reason is not None:
                     found_entry(found, entry, guarded, None)   # a hit, handed off
                     return reason
-        context = self.trace_context(found)
-        if previous is not None and not previous.signature.same_context(context):
-            # jax's settings changed since the previous call: one jax.jit
-            # itself runs (disable_jit, say) goes to it before flattening.
+        if previous is None or not previous.signature.same_context(self.trace_context(found)):
+            # No guess, or jax's settings changed since the previous call: a
+            # call jax.jit itself runs (disable_jit, say) goes to it before
+            # anything is read or flattened.
             reason = _settings_hand_off()
             if reason is not None:
                 return reason

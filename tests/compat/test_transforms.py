@@ -94,6 +94,37 @@ def test_disable_jit(jit):
     assert ours.n == theirs.n == 5
 
 
+@against_jax
+def test_disable_jit_reads_no_argument(jit):
+    # jax.jit with jit disabled calls the function on the arguments as given:
+    # a node's flatten never runs, on a function's first call or a later one.
+    flattened = []
+
+    @jax.tree_util.register_pytree_node_class
+    class Box:
+        def __init__(self, x):
+            self.x = x
+
+        def tree_flatten(self):
+            flattened.append(self)
+            return (self.x,), None
+
+        @classmethod
+        def tree_unflatten(cls, aux, children):
+            return cls(*children)
+
+    f = jit(lambda box: box.x + 1)
+    with jax.disable_jit():
+        for _ in range(3):
+            assert type(f(Box(np.ones(2)))) is np.ndarray
+    assert flattened == []
+    f(Box(np.ones(2)))
+    flattened.clear()
+    with jax.disable_jit():
+        f(Box(np.ones(2)))
+    assert flattened == []
+
+
 def test_disable_jit_after_cached(jit):
     f = jit(lambda x: x + 1)
     x = np.ones(2, np.float32)
