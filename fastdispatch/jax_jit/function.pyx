@@ -9,9 +9,9 @@ argument, to jax.jit before anything is read):
   guard      f(a, b, ...) laid out as the previous call (CallLayout): its
              leaves and static arguments checked in the caller's argument
              array; host data jax.jit converts faster is handed off here
-  context    jax's trace context read; changed since the previous call, a
-             setting jax.jit runs itself (disable_jit) hands the call off;
-             else a guarded call runs the previous call's entry
+  context    jax's trace context read; with no previous call, or changed
+             since it, a setting jax.jit runs itself (disable_jit) hands the
+             call off; else a guarded call runs the previous call's entry
   flatten    static args split off; dynamic args -> leaves + TreeDef, for
              the engine's find
 
