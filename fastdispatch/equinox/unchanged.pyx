@@ -43,6 +43,28 @@ cdef extern from "Python.h":
     dict PyObject_GenericGetDict(object o, void* context)
     PyObject* PyWeakref_GET_OBJECT(object ref)
 
+cdef extern from *:
+    """
+    /* A dict's version: CPython gives every dict a new one when it is made
+       and at each change (PEP 509), from one counter, so an equal version is
+       the same contents; 0 where the field is not there to read. */
+    static inline unsigned long long fd_dict_version(PyObject *d) {
+    #if PY_VERSION_HEX < 0x030E0000 && !defined(Py_GIL_DISABLED)
+    #if defined(__GNUC__)
+    #pragma GCC diagnostic push
+    #pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+    #endif
+        return (unsigned long long)((PyDictObject *)d)->ma_version_tag;
+    #if defined(__GNUC__)
+    #pragma GCC diagnostic pop
+    #endif
+    #else
+        return 0;
+    #endif
+    }
+    """
+    unsigned long long dict_version "fd_dict_version"(object d)
+
 cdef enum:
     # Deeper than this is refused (jax's flatten fails near 1000 too).
     MAX_DEPTH = 200
@@ -65,6 +87,7 @@ cdef class _Contents:
     cdef ContentsKind kind
     cdef tuple keys
     cdef tuple values
+    cdef unsigned long long version   # the dict's, when its entries last matched (0: none)
 
     cdef bint holds(self) except -1:
         cdef Py_ssize_t pos = 0, i = 0, n = PyTuple_GET_SIZE(self.values)
@@ -87,6 +110,9 @@ cdef class _Contents:
             d = PyObject_GenericGetDict(target, NULL)
         else:
             d = <dict>target
+        cdef unsigned long long version = dict_version(d)
+        if version != 0 and version == self.version:
+            return True   # not written since its entries matched
         if PyDict_Size(d) != n:
             return False
         # In the dict's own order: the same entries, written in the same order.
@@ -94,6 +120,7 @@ cdef class _Contents:
             if key != PyTuple_GET_ITEM(self.keys, i) or value != PyTuple_GET_ITEM(self.values, i):
                 return False
             i += 1
+        self.version = version
         return True
 
 
@@ -107,6 +134,7 @@ cdef _Contents _contents(object target, ContentsKind kind, bint root):
     else:
         d = PyObject_GenericGetDict(target, NULL) if kind == ATTRIBUTES else target
         contents.keys, contents.values = tuple(d), tuple(d.values())
+        contents.version = dict_version(d)
     return contents
 
 

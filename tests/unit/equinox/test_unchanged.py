@@ -25,6 +25,24 @@ def test_a_model_changed_in_place_goes_the_whole_way():
     check(f, eqx.filter_jit(forward), model, jnp.ones(3))
 
 
+def test_a_model_written_back_as_it_was_is_served_and_a_later_change_seen():
+    # A write gives the layer's __dict__ a new version: its entries are
+    # compared again, and, the same objects, the record still serves; the
+    # version it keeps is then the new one, so the next write is seen too.
+    model = mlp()
+    f = served(forward, model, jnp.ones(3))
+    layer = model.layers[0]
+    weight = layer.weight
+    object.__setattr__(layer, "weight", weight * 3)
+    object.__setattr__(layer, "weight", weight)
+    served_before = state(f)[0]
+    check(f, eqx.filter_jit(forward), model, jnp.ones(3))
+    assert state(f)[0] == served_before + 1
+    object.__setattr__(layer, "weight", weight * 3)
+    check(f, eqx.filter_jit(forward), model, jnp.ones(3))
+    assert state(f)[0] is None  # the record dropped: that call went the whole way
+
+
 class Holder(eqx.Module):
     items: list
     table: dict
