@@ -8,7 +8,8 @@ objects once and records the contents of each one that can change in place:
 a list's items, a dict's items, an equinox Module's ``__dict__``.
 ``Unchanged.holds`` then reads those contents again and compares them by
 identity: a few instructions an entry, where a flatten walks, allocates and
-keys every node.
+keys every node; a dict whose version (CPython's stamp, new at each write)
+is the one it had when its entries last matched is not read at all.
 
 A tree is recorded only when identity settles everything flatten would see:
   * tuples and namedtuples (immutable: their items are walked, not checked);
