@@ -48,9 +48,10 @@ cdef extern from *:
     """
     /* A dict's version: CPython gives every dict a new one when it is made
        and at each change (PEP 509), from one counter, so an equal version is
-       the same contents.  0 (every check compares the entries) from 3.13 on,
-       where an instance's attributes can be written beside its dict, and
-       where there is no field to read. */
+       the same contents.  0 (every check compares the entries) where there
+       is no field to read, and from 3.13 on, where an instance's dict shares
+       its inline values: that every write there stamps the dict is not
+       verified. */
     static inline unsigned long long fd_dict_version(PyObject *d) {
     #if PY_VERSION_HEX < 0x030D0000 && !defined(Py_GIL_DISABLED)
     #if defined(__GNUC__)
