@@ -148,6 +148,19 @@ def _folder_distributions(folder) -> dict:
     return found
 
 
+def read_install_folders() -> None:
+    """Read which distributions each folder on ``sys.path`` holds, outside
+    the installed prefixes (``pip install --target DIR`` on PYTHONPATH), so
+    that a key does not: the warm-start preloader calls this while the
+    program imports (45 dist-info folders took 16 ms of a TPU host's first
+    key)."""
+    for entry in list(sys.path):
+        if entry and os.path.isdir(entry):
+            folder = os.path.realpath(entry)
+            if not (folder + os.sep).startswith(_INSTALLED_PREFIXES):
+                _folder_distributions(folder)
+
+
 @functools.lru_cache(maxsize=256)
 def _file_digest(path: str, mtime_ns: int, size: int) -> str:
     # Keyed by mtime and size too, so an edited file is read again.

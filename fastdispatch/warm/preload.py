@@ -16,7 +16,8 @@ so several load side by side).  The loads thus overlap the program's imports
 and model initialisation, the first-needed first, and keep ahead of its
 calls; a miss finds its executable loaded (``take``), waits for the one being
 loaded (never longer than a load of its own would take), or loads it itself
-when no thread has begun it.
+when no thread has begun it.  Before its first key, the first thread reads
+what a first key would read from disk (identity.read_install_folders).
 
 jax's own compiles (warm/jax_own.py) are in the manifest beside the front
 ends' calls.  Where two threads or more load, they load in the background
@@ -46,6 +47,7 @@ import time
 import weakref
 
 from fastdispatch import _jax
+from fastdispatch.warm import identity
 from fastdispatch.warm.jax_own import FILE_PREFIX as OWN_PREFIX
 from fastdispatch.warm.store import write_atomically
 
@@ -111,7 +113,9 @@ class Preloader:
             if not fronts:
                 self._fronts_ended.set()
         self._threads = [
-            threading.Thread(target=self._run, name=f"fastdispatch-warm-preload-{i}", daemon=True)
+            threading.Thread(
+                target=self._run, args=(i == 0,), name=f"fastdispatch-warm-preload-{i}", daemon=True
+            )
             for i in range(thread_count(len(keys)) if keys else 0)
         ]
         for thread in self._threads:
@@ -206,7 +210,9 @@ class Preloader:
                         keys.append(key)
         return keys
 
-    def _run(self):
+    def _run(self, first: bool):
+        if first:  # what the first key would read, read while the program imports
+            identity.read_install_folders()
         while True:
             with self._lock:
                 load = None

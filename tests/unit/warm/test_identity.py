@@ -52,6 +52,24 @@ def test_a_package_pip_installed_into_a_folder_on_the_path_is_installed(tmp_path
         sys.modules.pop("fd_target_lib", None)
 
 
+def test_the_folders_on_the_path_are_read_ahead_of_a_key(tmp_path, on_path):
+    # The preloader reads them while the program imports: a key then finds
+    # the folder's distributions read, and reads no dist-info itself.
+    write_package(tmp_path / "site", "fd_ahead_lib", "2.0.0")
+    on_path(tmp_path / "site")
+    identity.read_install_folders()
+    read = identity._folder_distributions.cache_info()
+    assert read.currsize >= 1
+    try:
+        importlib.import_module("fd_ahead_lib")
+        assert identity._installed("fd_ahead_lib")
+        assert identity._package_version("fd_ahead_lib") == "2.0.0"
+        after = identity._folder_distributions.cache_info()
+        assert after.misses == read.misses and after.hits > read.hits
+    finally:
+        sys.modules.pop("fd_ahead_lib", None)
+
+
 def test_an_editable_install_stays_the_programs_code(tmp_path, on_path):
     # Its dist-info is elsewhere: its files are the project's, keyed by source.
     write_package(tmp_path / "project", "fd_editable_lib", "0.1.0", dist_folder=tmp_path / "site")

@@ -159,6 +159,19 @@ def test_files_are_read_before_the_backends_start_and_loaded_after(stored, monke
     assert preloader.take(keys[0]) is None  # taken once
 
 
+def test_the_first_thread_reads_the_install_folders_before_its_loads(stored, monkeypatch):
+    store, keys = stored
+    monkeypatch.setattr(preload, "thread_count", lambda n: 1)
+    order = []
+    monkeypatch.setattr(preload.identity, "read_install_folders", lambda: order.append("folders"))
+    read_file = store.read_file
+    monkeypatch.setattr(store, "read_file", lambda key: (order.append(key), read_file(key))[1])
+    preloader = preloader_of(store, keys)
+    preloader.start()
+    assert preloader.join(30)
+    assert order == ["folders", *keys]
+
+
 def test_stopped_at_exit_no_more_loads_begin_and_the_begun_ones_end(stored, monkeypatch):
     store, keys = stored
     monkeypatch.setattr(preload, "thread_count", lambda n: 2)
