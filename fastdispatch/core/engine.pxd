@@ -94,6 +94,9 @@ cdef struct Found:
     PyObject* signature    # the signature a hand-off is reported with, where not entry's
     PyObject* out          # the call's output, once the library or the executable returned it
     bint loaded            # warm: the entry was loaded for this call (a miss, not a hit)
+    # parse again with no guess: the guard's entry was made under another
+    # trace context than this call's (Engine.parse_unguessed)
+    bint unguessed
     # --trace: the output arrays to sample for the device's time once the
     # call's spans have ended (its flat outputs, or the library's top arrays)
     PyObject* sample
@@ -115,7 +118,10 @@ cdef inline void found_arguments(Found* found, object treedef, object leaves, tu
     keep(&found.front, front)
 
 # What a front end's own guard proved: `entry` runs the call on `leaves`,
-# its outputs rebuilt by `finish` (None: the entry's).
+# its outputs rebuilt by `finish` (None: the entry's).  The engine checks the
+# entry's trace context against the call's; with `found.unguessed` (asked
+# again after that check failed) a guard gives no entry but one it keyed in
+# the call's context (Engine.trace_context).
 cdef inline void found_entry(Found* found, object entry, object leaves, object finish) noexcept:
     keep(&found.entry, entry)
     keep(&found.leaves, leaves)
@@ -148,14 +154,18 @@ cdef class Engine:
     cdef CacheEntry memo_entry             # the entry of those leaves, or None
     cdef unsigned long long watched_launches   # launches --trace watched (its device sampling)
 
-    # jax's trace context at this call: read once, the first time a step or a
-    # front end's guard asks (each guard compares it: a call under another
-    # context is another program).
+    # jax's trace context at this call: read once, the first time a step
+    # asks (a call under another context is another program: the engine
+    # compares it with the entry a front end's guard found).
     cdef tuple trace_context(self, Found* found)
+    # Whether it differs from ``previous``'s (for a front end that hands off
+    # before it flattens when jax's settings may have changed: jit's parse).
+    cdef bint context_changed(self, Found* found, PreviousCall previous) except -1
 
     # The steps, in the order a call takes them (each returns why the library
     # runs the call, or None).
     cdef object call(self, Call* call)
+    cdef str parse_unguessed(self, Call* call, Found* found, CallTimes* times)
     cdef str find(self, Call* call, Found* found, CallTimes* times)
     cdef str compile(self, Call* call, Found* found, CacheEntry entry, CallTimes* times)
     cdef str warm(self, Call* call, Found* found, CacheEntry entry, CallTimes* times, object store)

@@ -10,7 +10,9 @@ is ``Engine.call``, which reads as jaxlib's pjit.cc reads its own Call:
              took goes to it unread (but every 64th)
   parse      the front end's: its guard, the call's leaves and static parts
              (flatten, bind, split the graph); or the entry its own guard
-             proved
+             proved, whose trace context the engine checks against the
+             call's (another: ``parse_unguessed``, the front end's parse
+             again with no guess)
   find       the guard against the previous call's own signature, else a
              CallSignature (with jax's trace context, read once a call:
              ``trace_context``) looked up in the function's cache; a miss
@@ -161,6 +163,11 @@ cdef inline void _release(Found* found) noexcept:
     Py_XDECREF(found.sample)
 
 
+cdef inline void _clear(PyObject** field) noexcept:
+    Py_XDECREF(field[0])
+    field[0] = NULL
+
+
 cdef int _close_scope(Found* found) except -1:
     """Close what the front end's parse left open for the steps (found.scope)."""
     cdef PyObject* scope = found.scope
@@ -243,6 +250,9 @@ cdef class Engine:
                         reason = self.handed_off_again(&found)
                     if reason is None:
                         reason = self.parse(call, &found, &times)
+                        if (reason is None and found.entry != NULL and not (<CacheEntry>found.entry)
+                                .signature.same_context(self.trace_context(&found))):
+                            reason = self.parse_unguessed(call, &found, &times)
                 if reason is None and found.entry == NULL and found.out == NULL:
                     reason = self.find(call, &found, &times)
                 if found.entry != NULL and not found.loaded:
@@ -301,6 +311,23 @@ cdef class Engine:
         if found.context == NULL:
             keep(&found.context, _jax_trace_context())
         return <tuple>found.context
+
+    cdef bint context_changed(self, Found* found, PreviousCall previous) except -1:
+        """Whether jax's trace context differs from the previous call's."""
+        return not previous.signature.same_context(self.trace_context(found))
+
+    cdef str parse_unguessed(self, Call* call, Found* found, CallTimes* times):
+        """The front end's guard found an entry made under another trace
+        context than this call's (a setting changed since): a call jax.jit
+        itself runs goes to it unread; another is parsed again, unguessed."""
+        _clear(&found.entry)
+        _clear(&found.leaves)
+        _clear(&found.finish)
+        reason = _settings_hand_off()
+        if reason is not None:
+            return reason
+        found.unguessed = True
+        return self.parse(call, found, times)
 
     cdef void start_packing(self, Call* call, CacheEntry entry):
         """The entry's calls bring host leaves, one transfer each: have its

@@ -25,7 +25,7 @@ cdef class SameCall:
     cdef Py_ssize_t hits           # calls it served
 
     cdef list inputs_for(self, object wrapper, dict fields, BindPlan plan, tuple args,
-                         dict kwargs, tuple context)
+                         dict kwargs)
 
 
 # A SameCall for this call (bound by ``plan``), which ``previous``'s entry

@@ -45,10 +45,11 @@ cdef class SameCall:
         the same type (equinox's static leaves, compared as it does);
       * each other one is the very object, and every list, dict and Module
         below it holds the same objects (fastdispatch.equinox.unchanged);
-      * jax's context is the same, and the entry is still in the cache.
+      * the entry is still in the cache.
     Then flatten would meet the same objects, partition them alike and key
-    them to this entry.  A donating wrapper is never recorded (a donated
-    array must raise as deleted, on equinox's path).
+    them to this entry (jax's trace context alike: the engine checks it).  A
+    donating wrapper is never recorded (a donated array must raise as
+    deleted, on equinox's path).
 
     The objects are held weakly.  What lies below them is held strongly, by a
     ``_Strong`` that the weak references' callback empties when one of them
@@ -59,7 +60,7 @@ cdef class SameCall:
         PyMem_Free(self.input_at)
 
     cdef list inputs_for(self, object wrapper, dict fields, BindPlan plan, tuple args,
-                         dict kwargs, tuple context):
+                         dict kwargs):
         """The executable's inputs for this call, when the proof holds; else None."""
         cdef Py_ssize_t i, at
         cdef object value, expected
@@ -71,7 +72,7 @@ cdef class SameCall:
         if (PyDict_GetItem(fields, _DYNAMIC_FUN) != PyTuple_GET_ITEM(strong.fun_parts, 0)
                 or PyDict_GetItem(fields, _STATIC_FUN) != PyTuple_GET_ITEM(strong.fun_parts, 1)):
             return None
-        if self.entry.evicted or not self.signature.same_context(context):
+        if self.entry.evicted:
             return None
         cdef list inputs = list(strong.inputs)   # may collect garbage, and empty `strong`
         cdef tuple sources = self.sources, held = self.held

@@ -18,7 +18,7 @@ cdef class CallLayout:
     cdef tuple static_index                # argv index of each static argument, static_args order
     # The leaves, in flatten order, of a call laid out like this one whose
     # leaves and static arguments pass the signature's guard (jax's context is
-    # not compared here); else None.
+    # the engine's to compare); else None.
     cdef tuple guard(self, Call* call, CallSignature signature)
     cdef tuple _gather(self, PyObject** argv)
 

@@ -9,9 +9,10 @@ argument, to jax.jit before anything is read):
   guard      f(a, b, ...) laid out as the previous call (CallLayout): its
              leaves and static arguments checked in the caller's argument
              array; host data jax.jit converts faster is handed off here
-  context    jax's trace context read; with no previous call, or changed
-             since it, a setting jax.jit runs itself (disable_jit) hands the
-             call off; else a guarded call runs the previous call's entry
+  settings   a guarded call runs the previous call's entry (the engine
+             checks its context); else, with no previous call to guess by or
+             jax's context changed since it (the engine says), a setting
+             jax.jit runs itself (disable_jit) hands the call off
   flatten    static args split off; dynamic args -> leaves + TreeDef, for
              the engine's find
 
@@ -278,13 +279,13 @@ cdef class CompiledFunction(Engine):
         return self.call(&call)
 
     cdef str parse(self, Call* call, Found* found, CallTimes* times):
-        """The guard on the argument array, jax's context, else flatten."""
+        """The guard on the argument array, else jax's settings, and flatten."""
         cdef PreviousJitCall previous = <PreviousJitCall>self.previous
         cdef CacheEntry entry
         cdef Executable executable
         cdef tuple guarded = None   # the leaves of a call the previous one's layout guards
-        if previous is not None and previous.entry.evicted:
-            previous = None   # its entry left the cache: no guess
+        if previous is not None and (previous.entry.evicted or found.unguessed):
+            previous = None   # its entry left the cache, or jax's context changed: no guess
         if previous is not None and previous.layout is not None:
             guarded = previous.layout.guard(call, previous.signature)
             if guarded is not None:
@@ -303,19 +304,15 @@ cdef class CompiledFunction(Engine):
                     reason = _NEW_SCALAR
                 else:
                     reason = None
-                if reason is not None:
-                    found_entry(found, entry, guarded, None)   # a hit, handed off
-                    return reason
-        if previous is None or not previous.signature.same_context(self.trace_context(found)):
+                found_entry(found, entry, guarded, None)   # a hit (the engine checks its context)
+                return reason   # None: run, else handed off
+        if previous is None or self.context_changed(found, previous):
             # No guess, or jax's settings changed since the previous call: a
             # call jax.jit itself runs (disable_jit, say) goes to it before
             # anything is read or flattened.
             reason = _settings_hand_off()
             if reason is not None:
                 return reason
-        elif guarded is not None:
-            found_entry(found, previous.entry, guarded, None)
-            return None
         # Static arguments split off, the dynamic ones flattened.
         cdef tuple args = call_args(call)
         cdef dict kwargs = call_kwargs(call)

@@ -122,17 +122,9 @@ cdef class NnxJitFunction(Engine):
             return _NOT_GRAPH_UPDATES
         cdef tuple args = call_args(call)
         cdef dict kwargs = call_kwargs(call)
-        cdef tuple context = self.trace_context(found)
         cdef Record record
         cdef list inputs
         cdef Py_ssize_t i
-        # nnx.cached_partial hands its call a static cache of the graph's
-        # traversal, for flax's update context to take; a call a record serves
-        # traverses nothing, so the cache is taken here, and given back to
-        # flax for a call it splits.
-        static_cache = getattr(_graph_context, _static_cache)
-        if static_cache is not None:
-            setattr(_graph_context, _static_cache, None)
         records = self.records
         cdef Record holding = None   # a record whose graph this call has, for other shapes
         for i in range(PyTuple_GET_SIZE(records)):
@@ -146,12 +138,12 @@ cdef class NnxJitFunction(Engine):
             # Equal avals, other objects (a fresh batch, values another
             # executable made): the same executable; the call's objects guard
             # the next call (adopt_leaves).
-            if not (record.signature.same_context(context) and record.signature.adopt_leaves(
-                    PySequence_Fast_ITEMS(inputs), PyList_GET_SIZE(inputs))):
-                # Another context, or another shape of this graph: one
-                # another executable runs, or none yet.
+            if found.unguessed or not record.signature.adopt_leaves(
+                    PySequence_Fast_ITEMS(inputs), PyList_GET_SIZE(inputs)):
+                # Another shape of this graph, or (asked again by the engine)
+                # another trace context: one another executable runs, or none yet.
                 signature = _signature_of(record.signature.treedef, inputs,
-                                          record.signature.static_args, context,
+                                          record.signature.static_args, self.trace_context(found),
                                           record.signature.front)
                 if signature is None:
                     continue
@@ -159,9 +151,14 @@ cdef class NnxJitFunction(Engine):
                     continue   # a shape of this graph no executable runs yet
             if i:
                 self.records = (record,) + records[:i] + records[i + 1:]
+            # nnx.cached_partial hands its call a static cache of the graph's
+            # traversal, for flax's update context to take; a call a record
+            # serves traverses nothing, so the cache is taken here (a call
+            # flax splits leaves it to flax).
+            if getattr(_graph_context, _static_cache) is not None:
+                setattr(_graph_context, _static_cache, None)
             found_entry(found, record.entry, inputs, record)
             return None
-        setattr(_graph_context, _static_cache, static_cache)
         split = self.flax_call(self, args, kwargs, holding)
         keep(&found.scope, split)
         found_arguments(found, split.treedef, split.leaves, split.static_args, (),

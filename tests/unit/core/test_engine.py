@@ -3,6 +3,8 @@ hits on the fast path (the guard takes fed-back outputs and fresh batches),
 jax's state read first (a transformation tracing, a config), compiles and
 their errors, and the frames an error crosses."""
 
+import contextlib
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -66,6 +68,36 @@ def test_transformations_and_configs_go_to_jax(sink):
     jax.jit(lambda v: f(x) + v)(1.0)  # a closed-over concrete array inside a trace
     assert sink.reasons()[1:] == ["tracer", "disable_jit", "tracer"]
     assert f._cache_size() == 1
+
+
+def _jit_front():
+    def matmul(x, y):
+        return x @ y
+
+    return fastdispatch.jit(matmul), jax.jit(matmul), (jnp.ones((3, 3)), jnp.ones(3))
+
+
+def _filter_jit_front():
+    import equinox as eqx
+
+    model = eqx.nn.MLP(3, 2, 4, 1, key=jax.random.key(0))
+    return fastdispatch.filter_jit(lambda m, x: m(x)), eqx.filter_jit(lambda m, x: m(x)), (model, jnp.ones(3))
+
+
+@pytest.mark.parametrize("front", [_jit_front, _filter_jit_front], ids=["jit", "filter_jit"])
+def test_a_guessed_entry_of_another_trace_context_never_runs(sink, front):
+    # A front end's guard proves a call passes the previous call's arguments;
+    # the engine checks the entry's trace context against the call's: under
+    # another (a setting changed), the call is parsed again and compiled for
+    # it, then served in either context by its own entry.
+    ours, theirs, args = front()
+    expected = theirs(*args)
+    precise = jax.default_matmul_precision("highest")
+    for context in (None, None, precise, precise, None, precise):
+        with context or contextlib.nullcontext():
+            np.testing.assert_array_equal(ours(*args), expected)
+    assert sink.outcomes() == ["compile", "hit", "compile", "hit", "hit", "hit"]
+    assert getattr(ours, "_cached", ours)._cache_size() == 2  # one entry each context
 
 
 def test_an_error_jax_raises_on_a_hand_off_crosses_three_of_our_frames():

@@ -1,6 +1,8 @@
 """nnx/function.pyx: which calls the fast path serves, on which records, and
 which it leaves to flax."""
 
+import contextlib
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -23,6 +25,20 @@ def test_steady_state_calls_take_the_fast_path(sink, block):
         jitted(block, X)
     assert sink.outcomes() == ["compile", "hit", "hit", "hit"]
     assert len(jitted._records()) == 1
+
+
+def test_a_record_of_another_trace_context_never_runs(sink, block):
+    # The record proves the graph; the engine checks its entry's trace
+    # context against the call's, and asks again: the record keys the call
+    # in its context, compiled once for it, then served in either.
+    jitted, flax_jitted, reference = fnnx.jit(forward), nnx.jit(forward), Block(nnx.Rngs(0))
+    precise = jax.default_matmul_precision("highest")
+    for context in (None, None, precise, precise, None, precise):
+        with context or contextlib.nullcontext():
+            np.testing.assert_array_equal(jitted(block, X), flax_jitted(reference, X))
+    assert sink.outcomes() == ["compile", "hit", "compile", "hit", "hit", "hit"]
+    assert jitted._cache_size() == 2 and len(jitted._records()) == 1
+    np.testing.assert_array_equal(block.norm.mean[...], reference.norm.mean[...])
 
 
 def test_a_new_graph_of_a_compiled_structure_is_found_by_its_split(sink):
@@ -164,14 +180,16 @@ def test_cached_partial_runs_on_the_fast_path(sink):
     reference_optimizer = nnx.Optimizer(reference, optax.sgd(0.1), wrt=nnx.Param)
     flax_step = nnx.cached_partial(nnx.jit(train), reference, reference_optimizer)
     cached = nnx.cached_partial(step, linear, optimizer)
-    for _ in range(3):
-        np.testing.assert_array_equal(cached(X), flax_step(X))
+    precise = jax.default_matmul_precision("highest")
+    for context in (None, None, None, precise, precise):  # another context: parsed again
+        with context or contextlib.nullcontext():
+            np.testing.assert_array_equal(cached(X), flax_step(X))
     # flax's static cache is consumed on every call, as flax's own jit consumes it.
     assert _flax.GRAPH_CONTEXT.tmp_static_cache is None
-    assert sink.outcomes() == ["compile", "hit", "hit"]
+    assert sink.outcomes() == ["compile", "hit", "hit", "compile", "hit"]
     # The updates reached the caller's model through the shared Variables.
     np.testing.assert_array_equal(linear.kernel[...], reference.kernel[...])
-    assert int(optimizer.step[...]) == 3
+    assert int(optimizer.step[...]) == 5
 
 
 def test_records_are_bounded_and_most_recent_first():
