@@ -212,7 +212,10 @@ class Preloader:
 
     def _run(self, first: bool):
         if first:  # what the first key would read, read while the program imports
-            identity.read_install_folders()
+            try:
+                identity.read_install_folders()
+            except Exception:
+                pass  # a folder that cannot be read is the key's to meet, and report
         while True:
             with self._lock:
                 load = None

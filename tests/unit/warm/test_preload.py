@@ -172,6 +172,20 @@ def test_the_first_thread_reads_the_install_folders_before_its_loads(stored, mon
     assert order == ["folders", *keys]
 
 
+def test_install_folders_that_cannot_be_read_leave_the_loads_as_they_were(stored, monkeypatch):
+    store, keys = stored
+    monkeypatch.setattr(preload, "thread_count", lambda n: 1)
+
+    def unreadable():
+        raise UnicodeDecodeError("utf-8", b"\xff", 0, 1, "a damaged dist-info")
+
+    monkeypatch.setattr(preload.identity, "read_install_folders", unreadable)
+    preloader = preloader_of(store, keys)
+    preloader.start()
+    assert preloader.join(30)
+    assert all(preloader.take(key) is not None for key in keys)
+
+
 def test_stopped_at_exit_no_more_loads_begin_and_the_begun_ones_end(stored, monkeypatch):
     store, keys = stored
     monkeypatch.setattr(preload, "thread_count", lambda n: 2)
