@@ -132,6 +132,10 @@ cdef inline void found_entry(Found* found, object entry, object leaves, object f
 cdef class PreviousCall:
     cdef CacheEntry entry                  # the entry that served it
     cdef CallSignature signature           # its own signature: the objects it held
+    # The front end's own guard of calls like it, which the front end makes
+    # when a call first passes ``signature``'s guard (guard_passed): jit's
+    # CallLayout, or False where no layout guards its arguments; None until then.
+    cdef object guard
 
 
 cdef class Engine:
@@ -170,8 +174,6 @@ cdef class Engine:
     cdef str compile(self, Call* call, Found* found, CacheEntry entry, CallTimes* times)
     cdef str warm(self, Call* call, Found* found, CacheEntry entry, CallTimes* times, object store)
     cdef str execute(self, Call* call, Found* found, CallTimes* times)
-    cdef int remember_call(self, Call* call, Found* found, CacheEntry entry,
-                           CallSignature signature) except -1
     cdef void handed_off(self, Call* call, CacheEntry entry, str reason)
     cdef void remember_hand_off(self, object like, str reason, CallSignature signature)
     cdef str handed_off_again(self, Found* found)

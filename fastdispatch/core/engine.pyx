@@ -45,7 +45,8 @@ from fastdispatch.core.clock cimport now_ns
 from fastdispatch.core.execute cimport HandOff, Outputs
 from fastdispatch.core.pytree.treedef cimport TreeDef
 from fastdispatch.core.signature cimport (
-    CallSignature, LeafKind, LEAF_HOST, LEAF_OTHER, LEAF_TRACER, UNHASHABLE_STATIC, make_signature)
+    CallSignature, LeafKind, LEAF_HOST, LEAF_OTHER, LEAF_TRACER, UNHASHABLE_STATIC, make_signature,
+    same_context)
 from fastdispatch.core.watch cimport (
     AT_FLATTENED, AT_FOUND, AT_KEYED, WATCH_CLOCK, CallTimes, Watchers, end_watch, ended, reached,
     sample_device, start_watch, top_arrays, watchers)
@@ -106,8 +107,20 @@ def current_trace_context():
     return _jax_trace_context()
 
 
-cdef bint trace_state_clean() noexcept:
+cdef inline bint _trace_state_clean() noexcept:
+    # Inline: Engine.call asks it first on every call.
     return getattr(_trace_state, _trace_state_attr) is _clean_trace_state
+
+
+cdef bint trace_state_clean() noexcept:
+    return _trace_state_clean()
+
+
+cdef inline tuple _trace_context(Found* found):
+    # jax's trace context now, read once a call (kept in ``found``).
+    if found.context == NULL:
+        keep(&found.context, _jax_trace_context())
+    return <tuple>found.context
 
 
 # Whether a post hook is set (jit's set_post_hook): only then does a call end
@@ -143,9 +156,10 @@ cdef object _NOT_RECORDING = nullcontext()
 
 cdef class PreviousCall:
     """The guard's guess for the next call: the previous call's entry, its own
-    signature (the very aval and sharding objects it held), and what else the
-    front end guards it by.  One object, replaced whole, so that a thread
-    never pairs one call's entry with another's signature."""
+    signature (the very aval and sharding objects it held), and the front
+    end's own guard, made from that signature once a call passes it.  One
+    object, replaced whole, so that a thread never pairs one call's entry
+    with another's signature."""
 
 
 cdef inline void _release(Found* found) noexcept:
@@ -218,6 +232,19 @@ cdef void install_vectorcall(type kind):
     type_object.tp_flags |= Py_TPFLAGS_HAVE_VECTORCALL
 
 
+cdef inline int _remember(Engine engine, Call* call, Found* found, CacheEntry entry,
+                          CallSignature signature) except -1:
+    # ``entry`` runs the call (found, loaded or compiled): the hand-off memo is
+    # forgotten, and the front end's ``remember`` makes the call the guess
+    # for the next.  Inline: every miss passes here.
+    engine.handed_off_like = None
+    engine.memo_reason = None
+    engine.memo_repeats = 0
+    engine.memo_signature = None
+    engine.memo_entry = None
+    return engine.remember(call, found, entry, signature)
+
+
 cdef class Engine:
     """One function's fast path: the steps of a call, with a front end's hooks."""
 
@@ -238,7 +265,7 @@ cdef class Engine:
                 # jax's state first: a transformation tracing right now stages
                 # the call, and with jax_debug_nans on jax checks the outputs
                 # (jax.jit does, in its post hook).
-                if not trace_state_clean():
+                if not _trace_state_clean():
                     reason = _TRACER
                 elif _special_checks_maybe_on and _needs_special_checks():
                     reason = _DEBUG_NANS
@@ -250,8 +277,8 @@ cdef class Engine:
                         reason = self.handed_off_again(&found)
                     if reason is None:
                         reason = self.parse(call, &found, &times)
-                        if (reason is None and found.entry != NULL and not (<CacheEntry>found.entry)
-                                .signature.same_context(self.trace_context(&found))):
+                        if reason is None and found.entry != NULL and not same_context(
+                                (<CacheEntry>found.entry).signature.context, _trace_context(&found)):
                             reason = self.parse_unguessed(call, &found, &times)
                 if reason is None and found.entry == NULL and found.out == NULL:
                     reason = self.find(call, &found, &times)
@@ -308,13 +335,11 @@ cdef class Engine:
 
     cdef tuple trace_context(self, Found* found):
         """jax's trace context now, read once a call (kept in ``found``)."""
-        if found.context == NULL:
-            keep(&found.context, _jax_trace_context())
-        return <tuple>found.context
+        return _trace_context(found)
 
     cdef bint context_changed(self, Found* found, PreviousCall previous) except -1:
         """Whether jax's trace context differs from the previous call's."""
-        return not previous.signature.same_context(self.trace_context(found))
+        return not same_context(previous.signature.context, _trace_context(found))
 
     cdef str parse_unguessed(self, Call* call, Found* found, CallTimes* times):
         """The front end's guard found an entry made under another trace
@@ -348,7 +373,7 @@ cdef class Engine:
         cdef TreeDef treedef = <TreeDef>found.treedef
         cdef list leaves = <list>found.leaves
         cdef tuple static_args = <tuple>found.static_args
-        cdef tuple context = self.trace_context(found)
+        cdef tuple context = _trace_context(found)
         # The guard compares with the previous call's own objects, not the
         # entry's, and takes an equal leaf's objects as its own: a training
         # loop feeds back outputs whose avals differ (by identity) from those
@@ -387,7 +412,7 @@ cdef class Engine:
                 return self.warm(call, found, entry, times, _warm_store)
             return self.compile(call, found, entry, times)
         entry.wait(<object>call.function)
-        self.remember_call(call, found, entry, signature)
+        _remember(self, call, found, entry, signature)
         keep(&found.entry, entry)
         return None
 
@@ -398,7 +423,7 @@ cdef class Engine:
         output with the fast path's data, which completes the entry: its
         (Executable, Outputs), or the MustHandOff that says why the library
         runs its calls; the call is then the guess for the next
-        (``remember_call``).  A compile warm start may write is written with
+        (``_remember``).  A compile warm start may write is written with
         the warnings the library's call issued (WarmStart.recording_warnings)."""
         reached(times, AT_FOUND, "compile")   # the library's own spans nest inside
         cdef long long began = now_ns()
@@ -416,7 +441,7 @@ cdef class Engine:
         else:
             entry.hand_off_detail = fast.detail
             self.executables.complete(entry, None, None, fast.reason, compiled / 1e9)
-        self.remember_call(call, found, entry, entry.signature)
+        _remember(self, call, found, entry, entry.signature)
         ended(call.function, times, False, compiled, entry.hand_off_reason, entry.signature)
         keep(&found.out, out)
         return None
@@ -451,7 +476,7 @@ cdef class Engine:
                          f"has a stored executable that does not fit its call ({error})")
             return self.compile(call, found, entry, times)
         self.executables.complete(entry, executable, finish, None, (now_ns() - began) / 1e9)
-        self.remember_call(call, found, entry, entry.signature)
+        _remember(self, call, found, entry, entry.signature)
         keep(&found.entry, entry)
         found.loaded = True
         return None
@@ -485,13 +510,6 @@ cdef class Engine:
         if times.watch & WATCH_CLOCK:
             keep(&found.sample, outputs)   # sampled once the call's spans end (Engine.call)
         return None
-
-    cdef int remember_call(self, Call* call, Found* found, CacheEntry entry,
-                           CallSignature signature) except -1:
-        """``entry`` runs the call (found, loaded or compiled): the memo is
-        forgotten, and the front end makes the call its guess for the next."""
-        self.remember_hand_off(None, None, None)
-        return self.remember(call, found, entry, signature)
 
     cdef void handed_off(self, Call* call, CacheEntry entry, str reason):
         """The library takes a call on ``entry``, for ``reason`` (``entry``
@@ -577,7 +595,8 @@ cdef class Engine:
 
     cdef void guard_passed(self, Call* call, PreviousCall previous, list leaves):
         """The call matched the previous one's signature, with these leaves;
-        ``previous.entry`` runs it next."""
+        ``previous.entry`` runs it next.  A front end with a guard of its own
+        makes it here (``previous.guard``), from a call proved alike."""
 
     cdef object hand_off_like(self, Call* call, CacheEntry entry, str reason):
         """The library takes a call on ``entry``, for ``reason`` (``entry``

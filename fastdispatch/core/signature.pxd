@@ -1,6 +1,7 @@
 # What identifies one compiled executable of a function: the call's structure,
 # each dynamic leaf's kind, type and placement, the static arguments and jax's context.
 from cpython.object cimport PyObject
+from fastdispatch.core.keys cimport same_items
 from fastdispatch.core.pytree.treedef cimport TreeDef
 
 # What a leaf is, as far as dispatch cares; decided by classify_leaf alone.
@@ -79,8 +80,6 @@ cdef class CallSignature:
     cdef bint adopt_leaves(self, PyObject** leaves, Py_ssize_t n) except -1
     # The same guard on the one leaf keyed at index i.
     cdef bint adopt_leaf(self, object leaf, Py_ssize_t i) except -1
-    # jax's context at a call is this signature's.
-    cdef bint same_context(self, tuple context) except -1
     # The executable of `other` runs calls of this signature as jax would:
     # equal, but for arrays whose avals differ only by an empty abstract mesh
     # on one side (made outside jit, under jax.set_mesh), placed alike
@@ -94,3 +93,9 @@ cdef class CallSignature:
 cdef CallSignature make_signature(TreeDef treedef, list leaves, tuple static_args,
                                   tuple context, tuple arg_names, LeafKind* unkeyed,
                                   object front=*)
+
+
+# Two of jax's trace contexts are one: a fresh tuple on every call, almost
+# always of the very same objects, so pointers are compared before __eq__.
+cdef inline bint same_context(tuple a, tuple b) except -1:
+    return same_items(a, b) or a == b

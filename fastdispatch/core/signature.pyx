@@ -27,7 +27,7 @@ from libc.string cimport memset
 from cpython.object cimport Py_EQ, PyObject, PyObject_RichCompareBool, Py_TYPE
 from cpython.ref cimport Py_INCREF, Py_XDECREF
 
-from fastdispatch.core.keys cimport Py_uhash_t, XXPRIME_5, hash_mix, same_items
+from fastdispatch.core.keys cimport Py_uhash_t, XXPRIME_5, hash_mix
 from fastdispatch.core.pytree.treedef cimport TreeDef
 from fastdispatch.core.pytree.paths import leaf_paths
 from fastdispatch import _jax
@@ -304,12 +304,6 @@ cdef inline Py_uhash_t _key_hash(Py_uhash_t h, LeafKey* key) except? 0:
     return h
 
 
-cdef inline bint _same_tuple(tuple a, tuple b) except -1:
-    # jax's trace context is a fresh tuple on every call, almost always of the
-    # very same objects: compare pointers before paying for __eq__.
-    return same_items(a, b) or a == b
-
-
 # What CallSignature.leaf_keys() shows of each LeafKey, for reports and tests.
 LeafKeyView = namedtuple("LeafKeyView", "kind aval sharding committed impl py_type dtype shape")
 LEAF_KIND_NAMES = ("array", "key", "scalar", "host")
@@ -420,7 +414,7 @@ cdef class CallSignature:
         if self is o:
             return True
         if (self._hash != o._hash or self.num_leaves != o.num_leaves
-                or not self.treedef.same_as(o.treedef) or not _same_tuple(self.context, o.context)):
+                or not self.treedef.same_as(o.treedef) or not same_context(self.context, o.context)):
             return False
         for i in range(self.num_leaves):
             if not _same_key(&self.keys[i], &o.keys[i]):
@@ -431,7 +425,7 @@ cdef class CallSignature:
                           tuple context) except -1:
         if treedef is not self.treedef and not treedef.same_as(self.treedef):
             return False
-        if not _same_tuple(context, self.context):
+        if not same_context(context, self.context):
             return False
         if static_args is not self.static_args:
             try:
@@ -469,7 +463,7 @@ cdef class CallSignature:
         if self is other:
             return True
         if (self.num_leaves != other.num_leaves or not self.treedef.same_as(other.treedef)
-                or not _same_tuple(self.context, other.context) or self.static_args != other.static_args):
+                or not same_context(self.context, other.context) or self.static_args != other.static_args):
             return False
         for i in range(self.num_leaves):
             a, b = &self.keys[i], &other.keys[i]
@@ -494,9 +488,6 @@ cdef class CallSignature:
             return self.front.static_items(self)
         items = self.static_args
         return [(str(items[i]), items[i + 2]) for i in range(0, len(items), 3)]
-
-    cdef bint same_context(self, tuple context) except -1:
-        return _same_tuple(context, self.context)
 
     def leaf_keys(self):
         """Each leaf's key as a LeafKeyView, in flatten order (kind as a name)."""

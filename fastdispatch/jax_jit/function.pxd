@@ -24,11 +24,6 @@ cdef class CallLayout:
 
 
 @cython.final
-cdef class PreviousJitCall(PreviousCall):
-    cdef CallLayout layout                 # its layout, when all its arguments were leaves
-
-
-@cython.final
 cdef class CompiledFunction(Engine):
     cdef readonly object fun               # the Python function being jitted
     cdef object _jitted                    # jax.jit(fun, same options): what a hand-off runs

@@ -6,9 +6,10 @@ jit's own is ``parse``, in this order (before it, the engine's hand-off
 memo sends a call shaped as the last one jax.jit took for what its arguments
 are, ``hand_off_like``: numpy values, a new step count, an unhashable static
 argument, to jax.jit before anything is read):
-  guard      f(a, b, ...) laid out as the previous call (CallLayout): its
-             leaves and static arguments checked in the caller's argument
-             array; host data jax.jit converts faster is handed off here
+  guard      f(a, b, ...) laid out as the last call that passed the
+             previous call's signature (CallLayout, made then: guard_passed):
+             its leaves and static arguments checked in the caller's
+             argument array; host data jax.jit converts faster is handed off here
   settings   a guarded call runs the previous call's entry (the engine
              checks its context); else, with no previous call to guess by or
              jax's context changed since it (the engine says), a setting
@@ -196,11 +197,6 @@ cdef CallLayout _layout_of(tuple args, dict kwargs, object kwnames,
     return layout if num_leaves == signature.treedef.num_leaves else None
 
 
-@cython.final
-cdef class PreviousJitCall(PreviousCall):
-    """The engine's PreviousCall, with where jit's guard reads a call laid
-    out as it was (its CallLayout)."""
-
 cdef class _NotGiven:
     def __repr__(self):
         return "<not given>"
@@ -280,14 +276,14 @@ cdef class CompiledFunction(Engine):
 
     cdef str parse(self, Call* call, Found* found, CallTimes* times):
         """The guard on the argument array, else jax's settings, and flatten."""
-        cdef PreviousJitCall previous = <PreviousJitCall>self.previous
+        cdef PreviousCall previous = self.previous
         cdef CacheEntry entry
         cdef Executable executable
         cdef tuple guarded = None   # the leaves of a call the previous one's layout guards
         if previous is not None and (previous.entry.evicted or found.unguessed):
             previous = None   # its entry left the cache, or jax's context changed: no guess
-        if previous is not None and previous.layout is not None:
-            guarded = previous.layout.guard(call, previous.signature)
+        if previous is not None and type(previous.guard) is CallLayout:
+            guarded = (<CallLayout>previous.guard).guard(call, previous.signature)
             if guarded is not None:
                 # jax.jit converts host data (numpy values, a step counter's
                 # new value) faster than the entry would: such a call goes to
@@ -391,17 +387,16 @@ cdef class CompiledFunction(Engine):
                                 LOADED_CALLS_BEFORE_JAX),
                 output_tree(compiled.out_tree if out_tree is None else out_tree))
 
-    cdef int remember(self, Call* call, Found* found, CacheEntry entry,
-                      CallSignature signature) except -1:
-        """Make this call the guard's guess for the next one."""
-        cdef PreviousJitCall previous = PreviousJitCall.__new__(PreviousJitCall)
-        previous.entry = entry
-        previous.signature = signature
-        previous.layout = _layout_of(call_args(call), call_kwargs(call),
-                                     None if call.kwnames == NULL else <object>call.kwnames,
-                                     self._static_argnames, signature)
-        self.previous = previous
-        return 0
+    cdef void guard_passed(self, Call* call, PreviousCall previous, list leaves):
+        """A call proved alike the previous one (its structure, static
+        arguments and leaves): its layout guards the next ones, read in
+        place; False where its arguments are trees."""
+        if previous.guard is not None:
+            return
+        layout = _layout_of(call_args(call), call_kwargs(call),
+                            None if call.kwnames == NULL else <object>call.kwnames,
+                            self._static_argnames, previous.signature)
+        previous.guard = False if layout is None else layout
 
     cdef object hand_off_like(self, Call* call, CacheEntry entry, str reason):
         """The call's shape, for the hand-off memo: where jax.jit took it
@@ -413,8 +408,8 @@ cdef class CompiledFunction(Engine):
         call of that shape goes to jax.jit unflattened."""
         if entry is None:
             return shape_of(call)
-        cdef PreviousJitCall previous = <PreviousJitCall>self.previous
-        if previous is None or previous.entry is not entry or previous.layout is not None:
+        cdef PreviousCall previous = self.previous
+        if previous is None or previous.entry is not entry or type(previous.guard) is CallLayout:
             return None
         if reason is _HOST_DATA or reason is _NEW_SCALAR or reason is _SCALAR_CONVERSION:
             return shape_of(call)
