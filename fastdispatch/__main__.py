@@ -258,14 +258,17 @@ def start_warm(options):
     from fastdispatch.warm.store import DEFAULT_MAX_BYTES
 
     max_bytes = options.warm_start_max_bytes
-    # The program, by which the store remembers what to load in the background.
-    program = f"-m {options.module}" if options.module is not None else os.path.abspath(options.script)
     fastdispatch.warm_start(
         options.warm_start,
         max_bytes=DEFAULT_MAX_BYTES if max_bytes is None else int(max_bytes),
-        program=program,
+        program=program_name(options),
         checked=options.warm_start_checked,
     )
+
+
+def program_name(options):
+    """The program, by which the store remembers what to load in the background."""
+    return f"-m {options.module}" if options.module is not None else os.path.abspath(options.script)
 
 
 def start_tracing(options):
@@ -416,6 +419,12 @@ def main(argv=None):
         return run_stock(options, tracing)
     if options.warm_start is not None:
         start_warm(options)
+    elif os.environ.get("FASTDISPATCH_WARM_START"):
+        # Warm start began as fastdispatch was imported, before the program
+        # was known: its background loads begin now.
+        from fastdispatch.warm import preload_program
+
+        preload_program(program_name(options))
     if options.patch:
         patch_jax()
     if tracing:

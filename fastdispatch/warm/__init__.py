@@ -426,12 +426,9 @@ def warm_start(
         return
     store = Store(directory, max_bytes)
     store.jax_cache = jax_cache.enable(store.directory, max_bytes, store.writable)
-    program = program if program is not None else preload_module.program_of_main()
-    # Checked mode's files load with the trees of this process's trace: not ahead of it.
-    if preload and not checked and program is not None:
-        store.preloader = preload_module.Preloader(store, program)
-        store.preloader.start()
     current = WarmStart(store, checked=bool(checked))
+    if preload:
+        _preload(current, program if program is not None else preload_module.program_of_main())
     if not _listening:
         jax.monitoring.register_event_duration_secs_listener(_count_trace)
         jax.monitoring.register_event_listener(_count_event)
@@ -440,6 +437,25 @@ def warm_start(
     _current = current
     _engine.set_warm_store(current)
     jax_own.serve(current)
+
+
+def _preload(current, program) -> None:
+    """Begin loading what ``program`` used last time, in the background, where
+    no load has begun yet.  Checked mode's files load with the trees of this
+    process's trace: not ahead of it."""
+    store = current.store
+    if program is not None and not current.checked and store.preloader is None:
+        store.preloader = preload_module.Preloader(store, program)
+        store.preloader.start()
+
+
+def preload_program(program: str) -> None:
+    """Begin the background loads of ``program`` (a script's path, or
+    ``-m module``) where warm start is on and loads nothing yet: it began as
+    fastdispatch was imported, before the program was known
+    (FASTDISPATCH_WARM_START under ``python -m fastdispatch``)."""
+    if _current is not None:
+        _preload(_current, program)
 
 
 def wait_for_preload(timeout: float | None = None) -> bool:

@@ -323,6 +323,21 @@ def test_environment_variable_turns_it_on(tmp_path):
     assert second["traced"] == collections.Counter(["printing"])
 
 
+def test_environment_variable_under_the_command_line_loads_in_the_background(tmp_path):
+    # Warm start begins as fastdispatch is imported, before python -m
+    # fastdispatch knows the program: its background loads begin with it.
+    write_program(tmp_path)
+    env = environment({"FASTDISPATCH_WARM_START": str(tmp_path / "store")})
+    routed = [sys.executable, "-m", "fastdispatch", *command(tmp_path, {"await_preload": True})[1:]]
+    runs = []
+    for _ in range(2):
+        proc = subprocess.run(routed, capture_output=True, text=True, timeout=180, env=env)
+        runs.append(finished(proc, proc.stdout, proc.stderr))
+    assert runs[0]["stats"]["written"] == len(STORED)
+    assert runs[1]["traced"] == collections.Counter(["printing"])
+    assert runs[1]["stats"]["preloaded"] == runs[1]["stats"]["loaded"] == len(STORED)
+
+
 CLI_PROGRAM = """\
 import jax
 import jax.numpy as jnp
