@@ -445,7 +445,8 @@ def _preload(current, program) -> None:
     process's trace: not ahead of it."""
     store = current.store
     if program is not None and not current.checked and store.preloader is None:
-        store.preloader = preload_module.Preloader(store, program)
+        # Shared with the view that counts jax's own compiles (own_store).
+        store.preloader = current.own_store.preloader = preload_module.Preloader(store, program)
         store.preloader.start()
 
 
