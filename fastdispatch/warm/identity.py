@@ -216,6 +216,7 @@ class _Digest:
 
     def __init__(self, prune_methods=False):
         self.hash = hashlib.sha256()
+        self.parts = []  # the tokens not yet hashed (flush)
         self.seen = {}  # id -> order of the functions, code and containers met (cycles)
         self.alive = []  # keeps them alive, so that ids stay unique
         self.where = "?"  # the function being read: file:line
@@ -230,12 +231,23 @@ class _Digest:
 
     def token(self, *parts):
         # repr, so that no part can hold the separator: one stream, one meaning.
-        for part in parts:
-            self.hash.update(repr(part).encode("utf-8", "backslashreplace") + b"\x00")
+        # Joined and hashed at once (``flush``): a key writes hundreds.
+        self.parts.extend(map(repr, parts))
+
+    def flush(self):
+        if self.parts:
+            self.parts.append("")
+            self.hash.update("\x00".join(self.parts).encode("utf-8", "backslashreplace"))
+            self.parts = []
 
     def raw(self, data: bytes):
         self.token("bytes", len(data))
+        self.flush()
         self.hash.update(data)
+
+    def hexdigest(self) -> str:
+        self.flush()
+        return self.hash.hexdigest()
 
     def refuse(self, value, how):
         kind = type(value)
@@ -257,93 +269,103 @@ class _Digest:
     # -- values ----------------------------------------------------------------
 
     def value(self, value, how):
+        # Each kind is described by one method, which the kind alone decides
+        # (``_describer``, once per kind); ``by_value`` reads the value itself.
         kind = type(value)
-        if value is None or value is Ellipsis or kind in (bool, int, str):
-            self.token(kind.__name__, value)
-        elif kind is float:
-            self.token("float", value.hex())
-        elif kind is complex:
-            self.token("complex", value.real.hex(), value.imag.hex())
-        elif kind is bytes:
-            self.raw(value)
-        elif isinstance(value, enum.Enum):
-            self.type_(kind, how)
-            self.token("enum", value.name)
-        elif isinstance(value, jax.sharding.PartitionSpec):
-            self.partition_spec(value)
-        elif is_sharding(value):  # a Variable's sharding metadata, say
-            self.token("sharding", sharding_description(value, None))
-        elif kind in (tuple, list):
-            if self.once(value):
-                self.token(kind.__name__, len(value))
-                for item in value:
-                    self.value(item, how)
-        elif isinstance(value, tuple) and hasattr(kind, "_fields"):  # a namedtuple
-            self.type_(kind, how)
-            self.token("namedtuple", len(value))
+        describe = _DESCRIBERS.get(kind)
+        if describe is None:
+            describe = _describer(kind)
+        describe(self, value, how)
+
+    def scalar(self, value, how):
+        self.token(type(value).__name__, value)
+
+    def float_(self, value, how):
+        self.token("float", value.hex())
+
+    def complex_(self, value, how):
+        self.token("complex", value.real.hex(), value.imag.hex())
+
+    def bytes_(self, value, how):
+        self.raw(value)
+
+    def enum(self, value, how):
+        self.type_(type(value), how)
+        self.token("enum", value.name)
+
+    def sharding(self, value, how):  # a Variable's sharding metadata, say
+        self.token("sharding", sharding_description(value, None))
+
+    def sequence(self, value, how):
+        if self.once(value):
+            self.token(type(value).__name__, len(value))
             for item in value:
                 self.value(item, how)
-        elif kind is dict:
-            if self.once(value):
-                self.token("dict", len(value))
-                for key, item in value.items():
-                    self.value(key, how)
-                    self.value(item, how)
-        elif kind is PyTreeDef:  # a static value holding a tree's structure (nnx's GraphDef does)
-            self.token("treedef")
-            self.value(tree_structure(value), how)
-        elif isinstance(value, collections.abc.Mapping) and _installed(kind.__module__):
-            # A library's read-only mapping (flax's HashableMapping, inside
-            # every nnx GraphDef): its type, then its items as a dict's.
-            self.type_(kind, how)
-            if self.once(value):
-                self.token("mapping", len(value))
-                for key, item in value.items():
-                    self.value(key, how)
-                    self.value(item, how)
-        elif kind in (set, frozenset):
-            # Unordered: each element by its own digest, sorted.
-            self.token(kind.__name__, sorted(_digest_of(item, how, self.where) for item in value))
-        elif isinstance(value, (np.ndarray, np.generic)):
-            self.numpy(value, how)
-        elif kind is _jax.ARRAY_TYPE:
-            self.jax_array(value, how)
-        elif kind is _jax.TYPED_NDARRAY_TYPE:
-            # A numpy constant as jax 0.8 keeps it in a jaxpr (from 0.9 an
-            # ndarray, above): its array and weak type.
-            self.token("typed ndarray", bool(value.weak_type))
-            self.numpy(value.val, how)
-        elif isinstance(value, np.dtype):
-            self.token("dtype", value.str, value.name)
-        elif kind is types.FunctionType:
-            self.function(value)
-        elif kind is types.CodeType:
-            self.code(value)
-        elif kind is types.ModuleType:
-            self.module(value, ())
-        elif kind is types.MethodType:
-            self.token("method")
-            self.value(value.__self__, how)
-            self.value(value.__func__, how)
-        elif kind is functools.partial:
-            self.token("partial")
-            self.value(value.func, how)
-            self.value(value.args, how)
-            self.value(value.keywords, how)
-        elif isinstance(value, type):
-            self.type_(value, how)
-        elif dataclasses.is_dataclass(value):
-            self.type_(kind, how)
-            if self.once(value):
-                # Its fields, and whatever else __post_init__ set on it.
-                names = [field.name for field in dataclasses.fields(value)]
-                names += sorted(set(getattr(value, "__dict__", ())) - set(names))
-                for name in names:
-                    self.token(name)
-                    self.value(getattr(value, name), how)
-        elif (kind.__module__, kind.__qualname__) in _IDENTITY_TOKENS and _installed(kind.__module__):
-            self.identity_token(value)
-        elif self.jitted(value, how):
+
+    def namedtuple(self, value, how):
+        self.type_(type(value), how)
+        self.token("namedtuple", len(value))
+        for item in value:
+            self.value(item, how)
+
+    def dict_(self, value, how):
+        if self.once(value):
+            self.token("dict", len(value))
+            for key, item in value.items():
+                self.value(key, how)
+                self.value(item, how)
+
+    def treedef(self, value, how):  # a static value holding a tree's structure (nnx's GraphDef does)
+        self.token("treedef")
+        self.value(tree_structure(value), how)
+
+    def mapping(self, value, how):
+        # A library's read-only mapping (flax's HashableMapping, inside every
+        # nnx GraphDef): its type, then its items as a dict's.
+        self.type_(type(value), how)
+        if self.once(value):
+            self.token("mapping", len(value))
+            for key, item in value.items():
+                self.value(key, how)
+                self.value(item, how)
+
+    def set_(self, value, how):
+        # Unordered: each element by its own digest, sorted.
+        self.token(type(value).__name__, sorted(_digest_of(item, how, self.where) for item in value))
+
+    def typed_ndarray(self, value, how):
+        # A numpy constant as jax 0.8 keeps it in a jaxpr (from 0.9 an
+        # ndarray): its array and weak type.
+        self.token("typed ndarray", bool(value.weak_type))
+        self.numpy(value.val, how)
+
+    def dtype(self, value, how):
+        self.token("dtype", value.str, value.name)
+
+    def method(self, value, how):
+        self.token("method")
+        self.value(value.__self__, how)
+        self.value(value.__func__, how)
+
+    def partial(self, value, how):
+        self.token("partial")
+        self.value(value.func, how)
+        self.value(value.args, how)
+        self.value(value.keywords, how)
+
+    def dataclass(self, value, how):
+        self.type_(type(value), how)
+        if self.once(value):
+            # Its fields, and whatever else __post_init__ set on it.
+            names = [field.name for field in dataclasses.fields(value)]
+            names += sorted(set(getattr(value, "__dict__", ())) - set(names))
+            for name in names:
+                self.token(name)
+                self.value(getattr(value, name), how)
+
+    def by_value(self, value, how):
+        """A value whose kind does not decide how it is described."""
+        if self.jitted(value, how):
             pass
         elif isinstance(value, jax.Array) and jax.dtypes.issubdtype(value.dtype, jax.dtypes.prng_key):
             self.key_array(value, how)
@@ -356,7 +378,7 @@ class _Digest:
         else:
             self.refuse(value, how)
 
-    def partition_spec(self, spec):
+    def partition_spec(self, spec, how=None):
         """A PartitionSpec (flax's sharding metadata holds them): each
         dimension's axis names (None, a name, a tuple of names, or
         UNCONSTRAINED), then its unreduced and reduced axes."""
@@ -445,7 +467,7 @@ class _Digest:
             or name in _LIBRARY_HOOKS
         )
 
-    def identity_token(self, value):
+    def identity_token(self, value, how=None):
         """An identity token (``_IDENTITY_TOKENS``): its class, and its order
         among the distinct tokens met (equal tokens, the same place)."""
         kind = type(value)
@@ -496,7 +518,7 @@ class _Digest:
 
     # -- code ----------------------------------------------------------------------
 
-    def function(self, fun):
+    def function(self, fun, how=None):
         if not self.once(fun):
             return
         where = self.where
@@ -541,7 +563,7 @@ class _Digest:
         finally:
             self.where = where
 
-    def code(self, code):
+    def code(self, code, how=None):
         if not self.once(code):
             return
         self.token(
@@ -585,6 +607,10 @@ class _Digest:
             else:
                 self.value(value, "reads the global " + name + ",")
 
+    def module_value(self, module, how):
+        """A module met as a value: by name and version, or its source."""
+        self.module(module, ())
+
     def module(self, module, names):
         """An installed module by name and version; a user module by its source,
         and the attributes the code may read of it (``names``) by value, as a
@@ -606,6 +632,73 @@ class _Digest:
                 value = vars(module)[name]
                 if type(value) is not types.ModuleType:
                     self.value(value, "reads " + module.__name__ + "." + name + ",")
+
+
+# How each kind of value met is described: _Digest's method, by kind, for
+# kinds whose type alone decides it (most of a key's values: tuples,
+# strings, classes, dataclasses), read once per kind.
+_DESCRIBERS = {}
+
+
+def _describer(kind):
+    """The _Digest method that describes values of ``kind`` (``by_value``:
+    one that reads the value), kept for the next."""
+    if kind is type(None) or kind is type(Ellipsis) or kind in (bool, int, str):
+        describe = _Digest.scalar
+    elif kind is float:
+        describe = _Digest.float_
+    elif kind is complex:
+        describe = _Digest.complex_
+    elif kind is bytes:
+        describe = _Digest.bytes_
+    elif issubclass(kind, enum.Enum):
+        describe = _Digest.enum
+    elif issubclass(kind, jax.sharding.PartitionSpec):
+        describe = _Digest.partition_spec
+    elif issubclass(kind, jax.sharding.Sharding):
+        describe = _Digest.sharding
+    elif kind in (tuple, list):
+        describe = _Digest.sequence
+    elif issubclass(kind, tuple) and hasattr(kind, "_fields"):
+        describe = _Digest.namedtuple
+    elif kind is dict:
+        describe = _Digest.dict_
+    elif kind is PyTreeDef:
+        describe = _Digest.treedef
+    elif issubclass(kind, collections.abc.Mapping) and _installed(kind.__module__):
+        describe = _Digest.mapping
+    elif kind in (set, frozenset):
+        describe = _Digest.set_
+    elif issubclass(kind, (np.ndarray, np.generic)):
+        describe = _Digest.numpy
+    elif kind is _jax.ARRAY_TYPE:
+        describe = _Digest.jax_array
+    elif kind is _jax.TYPED_NDARRAY_TYPE:
+        describe = _Digest.typed_ndarray
+    elif issubclass(kind, np.dtype):
+        describe = _Digest.dtype
+    elif kind is types.FunctionType:
+        describe = _Digest.function
+    elif kind is types.CodeType:
+        describe = _Digest.code
+    elif kind is types.ModuleType:
+        describe = _Digest.module_value
+    elif kind is types.MethodType:
+        describe = _Digest.method
+    elif kind is functools.partial:
+        describe = _Digest.partial
+    elif issubclass(kind, type):
+        describe = _Digest.type_
+    elif dataclasses.is_dataclass(kind):
+        describe = _Digest.dataclass
+    elif (kind.__module__, kind.__qualname__) in _IDENTITY_TOKENS and _installed(kind.__module__):
+        describe = _Digest.identity_token
+    else:
+        describe = _Digest.by_value
+    if len(_DESCRIBERS) >= 4096:
+        _DESCRIBERS.clear()  # kinds made at run time: the table stays bounded
+    _DESCRIBERS[kind] = describe
+    return describe
 
 
 def tree_structure(treedef) -> tuple:
@@ -682,7 +775,7 @@ def _digest_of(value, how, where) -> str:
     digest.where = where
     digest.value(value, how)
     digest.methods()
-    return digest.hash.hexdigest()
+    return digest.hexdigest()
 
 
 def function_digest(fun, node_types=()) -> str:
@@ -694,7 +787,7 @@ def function_digest(fun, node_types=()) -> str:
     digest.value(fun, "is")
     digest.add_node_types(node_types)
     digest.methods()
-    return digest.hash.hexdigest()
+    return digest.hexdigest()
 
 
 def value_digest(value, how="takes") -> str:

@@ -111,3 +111,56 @@ def test_the_programs_own_module_reads_no_distribution_but_its_folders(tmp_path,
         assert not identity._installed("fd_own_module")
     finally:
         sys.modules.pop("fd_own_module", None)
+
+
+def test_a_value_is_described_by_the_method_its_kind_decides():
+    import collections
+    import dataclasses
+    import enum
+    import functools
+    import types
+
+    import jax
+    import numpy as np
+
+    Pair = collections.namedtuple("Pair", "a b")
+
+    @dataclasses.dataclass(frozen=True)
+    class Config:
+        scale: float
+
+    class Mode(enum.Enum):
+        TRAIN = 1
+
+    class Plain:
+        pass
+
+    expected = [
+        (None, "scalar"),
+        (3, "scalar"),
+        ("s", "scalar"),
+        (True, "scalar"),
+        (1.5, "float_"),
+        ((1, 2), "sequence"),
+        (Pair(1, 2), "namedtuple"),
+        (Config(2.0), "dataclass"),
+        (Mode.TRAIN, "enum"),
+        (jax.sharding.PartitionSpec("x"), "partition_spec"),
+        (np.float32(1.0), "numpy"),
+        (np.dtype("float32"), "dtype"),
+        (len, "by_value"),  # a builtin: by its name, which the value tells
+        (Plain, "type_"),
+        (types, "module_value"),
+        (functools.partial(len), "partial"),
+        (Plain(), "by_value"),
+    ]
+    for value, method in expected:
+        assert identity._describer(type(value)) is getattr(identity._Digest, method), value
+        assert identity._DESCRIBERS[type(value)] is getattr(identity._Digest, method)
+    # Described alike, whichever object of the kind came first.
+    assert identity.value_digest((Config(2.0), Pair(1, "a"))) == identity.value_digest(
+        (Config(2.0), Pair(1, "a"))
+    )
+    assert identity.value_digest(Config(2.0)) != identity.value_digest(Config(3.0))
+    with pytest.raises(identity.NotStored, match="Plain"):
+        identity.value_digest(Plain())
