@@ -79,10 +79,30 @@ def _package_version(top: str) -> str:
 
 
 @functools.lru_cache(maxsize=4096)
+def _real_folder(folder: str) -> str:
+    """``os.path.realpath(folder)``, each of its parents resolved once: a key
+    asks of many files in few folders, and on a TPU host's file system each
+    of realpath's system calls took ~50 us (most of a first key's time)."""
+    parent, name = os.path.split(folder)
+    if name in ("", ".", "..") or not parent or parent == folder:
+        return os.path.realpath(folder)
+    resolved = os.path.join(_real_folder(parent), name)
+    return os.path.realpath(resolved) if os.path.islink(resolved) else resolved
+
+
+def _realpath(path: str) -> str:
+    """``os.path.realpath(path)``, its folders' part cached (``_real_folder``)."""
+    folder, name = os.path.split(path)
+    if not os.path.isabs(path) or not name or os.pardir in path.split(os.sep):
+        return os.path.realpath(path)
+    resolved = os.path.join(_real_folder(folder), name)
+    return os.path.realpath(resolved) if os.path.islink(resolved) else resolved
+
+
+@functools.lru_cache(maxsize=4096)
 def _is_installed_file(path) -> bool:
-    # Cached: realpath's system calls, for each class of a large tree (an nnx
-    # GraphDef's every node), were most of a key's time.
-    return path is None or os.path.realpath(path).startswith(_INSTALLED_PREFIXES)
+    # Cached: for each class of a large tree (an nnx GraphDef's every node).
+    return path is None or _realpath(path).startswith(_INSTALLED_PREFIXES)
 
 
 def _installed(module_name: str | None) -> bool:
@@ -115,7 +135,7 @@ def _install_folder(top, path):
     files, or None."""
     if path is None:
         return None
-    folder = package = os.path.dirname(os.path.realpath(path))
+    folder = package = os.path.dirname(_realpath(path))
     while os.path.basename(package) != top:
         parent = os.path.dirname(package)
         if parent == package:
@@ -156,7 +176,7 @@ def read_install_folders() -> None:
     key)."""
     for entry in list(sys.path):
         if entry and os.path.isdir(entry):
-            folder = os.path.realpath(entry)
+            folder = _realpath(entry)  # and the folders of its modules' files, resolved
             if not (folder + os.sep).startswith(_INSTALLED_PREFIXES):
                 _folder_distributions(folder)
 

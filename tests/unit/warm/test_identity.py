@@ -164,3 +164,22 @@ def test_a_value_is_described_by_the_method_its_kind_decides():
     assert identity.value_digest(Config(2.0)) != identity.value_digest(Config(3.0))
     with pytest.raises(identity.NotStored, match="Plain"):
         identity.value_digest(Plain())
+
+
+def test_a_path_resolves_as_realpath_resolves_it(tmp_path):
+    import os
+
+    (tmp_path / "real" / "pkg").mkdir(parents=True)
+    (tmp_path / "else").mkdir()
+    (tmp_path / "real" / "pkg" / "m.py").write_text("")
+    os.symlink(tmp_path / "real" / "pkg", tmp_path / "else" / "link")  # a folder linked
+    os.symlink(tmp_path / "real" / "pkg" / "m.py", tmp_path / "real" / "pkg" / "alias.py")  # a file
+    paths = [
+        "else/link/m.py",
+        "real/pkg/alias.py",
+        "else/link/alias.py",
+        "else/link/../pkg/m.py",
+        "real/./pkg/m.py",
+    ]
+    for path in [str(tmp_path / path) for path in paths] + [m.__file__ for m in (os, pytest, identity)]:
+        assert identity._realpath(path) == os.path.realpath(path), path
