@@ -175,6 +175,9 @@ cdef class Engine:
     cdef str warm(self, Call* call, Found* found, CacheEntry entry, CallTimes* times, object store)
     cdef str execute(self, Call* call, Found* found, CallTimes* times)
     cdef void handed_off(self, Call* call, CacheEntry entry, str reason)
+    # Forget the function's executables, its previous call and the hand-off
+    # memo (a front end's clear_cache).
+    cdef void forget_calls(self)
     cdef void remember_hand_off(self, object like, str reason, CallSignature signature)
     cdef str handed_off_again(self, Found* found)
     # Compile an entry's packed variant (core/packing.pyx), from the call's trace.

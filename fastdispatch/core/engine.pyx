@@ -519,6 +519,11 @@ cdef class Engine:
         if like is not None:
             self.remember_hand_off(like, reason, None if entry is None else entry.signature)
 
+    cdef void forget_calls(self):
+        self.executables.clear()
+        self.previous = None
+        self.remember_hand_off(None, None, None)
+
     cdef void remember_hand_off(self, object like, str reason, CallSignature signature):
         """The library took a call for what its arguments are (``like``, the
         front end's description of them), for ``reason``, with its leaves'

@@ -285,10 +285,9 @@ cdef class FilterDispatcher(Engine):
 
     def clear(self):
         """Forget the executables and plans (equinox.clear_caches())."""
-        self.executables.clear()
+        self.forget_calls()
         self.plans.clear()
         self.last_plan = None
-        self.previous = None
         if self.same is not None:
             self._drop_same(self.same)
 

@@ -492,8 +492,7 @@ cdef class CompiledFunction(Engine):
         return len(self.executables)
 
     def _clear_cache(self):
-        self.executables.clear()
-        self.previous = None
+        self.forget_calls()
 
     @property
     def cache(self):

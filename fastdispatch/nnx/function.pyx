@@ -244,8 +244,7 @@ cdef class NnxJitFunction(Engine):
     def clear_cache(self):
         """Forget the records and executables (flax's jit keeps its own traces)."""
         self.records = ()
-        self.remember_hand_off(None, None, None)
-        self.executables.clear()
+        self.forget_calls()
 
     def library_function(self):
         """flax's own nnx.jit of the function."""

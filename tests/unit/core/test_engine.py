@@ -143,3 +143,17 @@ def test_compile_errors_are_recorded_and_leave_no_entry(sink):
             f(jnp.ones(3))
     assert sink.reasons() == ["compile_error", "compile_error"]
     assert f._cache_size() == 0
+
+
+def test_clear_cache_forgets_the_previous_call_and_the_hand_off_memo(sink):
+    decay = fastdispatch.jit(lambda params, step: jax.tree.map(lambda p: p * 0.9**step, params))
+    params = {"w": jnp.ones(3), "b": jnp.ones(2)}
+    for step in range(3):
+        decay(params, step)
+    # jax.jit converts a new Python scalar faster: the second call's reason,
+    # the third's from the memo, before the call is read.
+    assert sink.outcomes() == ["compile", "new scalar value", "new scalar value"]
+    decay.clear_cache()
+    out = decay(params, 3)
+    assert sink.outcomes()[3] == "compile"  # read whole: nothing remembered
+    np.testing.assert_allclose(out["w"], np.full(3, 0.9**3), rtol=1e-6)
