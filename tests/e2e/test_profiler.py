@@ -119,12 +119,12 @@ def capture_calls_of_every_kind(log_dir):
     options.python_tracer_level = 0  # smaller, faster captures: TraceMe spans only
     with fastdispatch.trace() as dispatch_trace:  # --trace's recorder, at the same time
         with jax.profiler.trace(log_dir, create_perfetto_trace=True, profiler_options=options):
-            fast(x, x)  # 1 guard hit on the argument array
+            fast(x, x)  # 1 hit by find's guard: the previous call's layout is made from it
             slow(x, x)  # jax.jit's own call, for its span name
             fast(y, z)  # 2 miss: compiled by jax.jit inside our compile span
             fast(x, x)  # 3 hit after a full lookup (not the previous call's signature)
             tree({"a": x})  # 4 hit by the guard after flattening
-            part(x)  # 5 a partial: named after the function inside
+            part(x)  # 5 a partial: named after the function inside (find's guard, as 1)
             fast(np.ones(4, np.float32), x)  # 6 miss with a numpy argument
             fast(np.ones(4, np.float32), x)  # 7 numpy: jax.jit runs it
             jax.jit(lambda v: fast(v, v))(x)  # 8 under a transformation
@@ -144,20 +144,24 @@ def capture_calls_of_every_kind(log_dir):
 
     # jax.jit names its span after the same function name.
     assert list(find(everything, "PjitFunction(step)")), text
-    assert [children(n) for n in find(everything, "FastDispatch(scaled)")] == [["flatten", "launch"]], text
+    assert [children(n) for n in find(everything, "FastDispatch(scaled)")] == [
+        ["flatten", "signature", "launch"]
+    ], text
 
     main = next(forest for forest in forests if list(find(forest, "FastDispatch(<lambda>)")))
     calls = [n for n in main if n[0].startswith("FastDispatch(") or n[0].startswith("PjitFunction(<lambda>)")]
     shapes = [(n[0], children(n)) for n in calls]
     assert shapes[:6] == [
-        ("FastDispatch(step)", ["flatten", "launch"]),
+        ("FastDispatch(step)", ["flatten", "signature", "launch"]),
         ("FastDispatch(step)", ["flatten", "signature", "lookup", "compile", "build entry"]),
         ("FastDispatch(step)", ["flatten", "signature", "lookup", "launch"]),
         ("FastDispatch(<lambda>)", ["flatten", "signature", "launch"]),
-        ("FastDispatch(scaled)", ["flatten", "launch"]),
+        ("FastDispatch(scaled)", ["flatten", "signature", "launch"]),
         ("FastDispatch(step)", ["flatten", "signature", "lookup", "compile", "build entry"]),
     ], text
-    assert shapes[6] == ("FastDispatch(step)", ["flatten", "jax.jit"]), text
+    # The numpy call again: its entry's executable declines it at its launch
+    # (the argument array's guard, laid out now, hands the next off before).
+    assert shapes[6] == ("FastDispatch(step)", ["flatten", "signature", "launch", "jax.jit"]), text
     assert shapes[8] == ("FastDispatch(broken)", ["flatten", "signature", "lookup", "compile"]), text
     assert shapes[9] == ("FastDispatch(step)", ["flatten", "signature", "lookup", "launch"]), text
 
@@ -182,7 +186,9 @@ def capture_calls_of_every_kind(log_dir):
     assert any("Execute" in name for name in descendants(launch)), text
     # The worker thread's call is on its own line.
     (worker_forest,) = [f for f in forests if f is not main and list(find(f, "FastDispatch(step)"))]
-    assert [children(n) for n in find(worker_forest, "FastDispatch(step)")] == [["flatten", "launch"]]
+    assert [children(n) for n in find(worker_forest, "FastDispatch(step)")] == [
+        ["flatten", "signature", "launch"]
+    ]
 
     # --trace recorded the same calls.
     stats = {row["name"].rpartition(".")[2]: row for row in dispatch_trace.stats().values()}
@@ -224,7 +230,12 @@ def capture_with_the_python_tracer(log_dir):
     step(x)  # off again: nothing recorded, nothing left open
     everything = [node for forest in host_forests(log_dir) for node in forest]
     spans = [children(n) for n in find(everything, "FastDispatch(step)")]
-    hit, miss = ["flatten", "launch"], ["flatten", "signature", "lookup", "compile", "build entry"]
+    # The call after a miss passes find's guard (which lays out the argument
+    # array's guard for the next); a miss compiles.
+    hit, miss = (
+        ["flatten", "signature", "launch"],
+        ["flatten", "signature", "lookup", "compile", "build entry"],
+    )
     assert spans == [hit, miss], show(everything)
 
 
@@ -274,6 +285,8 @@ def test_trace_cli_and_jax_profiler_together(tmp_path):
     spans = [children(n) for n in find(everything, "FastDispatch(train_step)")]
     assert spans == [
         ["flatten", "signature", "lookup", "compile", "build entry"],
-        ["flatten", "launch"],  # a fed-back output: new aval objects, equal ones (the guard takes them)
+        # a fed-back output: new aval objects, equal ones (find's guard takes
+        # them, and lays out the argument array's guard, which the next passes)
+        ["flatten", "signature", "launch"],
         ["flatten", "launch"],
     ], show(everything)
