@@ -232,16 +232,21 @@ cdef void install_vectorcall(type kind):
     type_object.tp_flags |= Py_TPFLAGS_HAVE_VECTORCALL
 
 
-cdef inline int _remember(Engine engine, Call* call, Found* found, CacheEntry entry,
-                          CallSignature signature) except -1:
-    # ``entry`` runs the call (found, loaded or compiled): the hand-off memo is
-    # forgotten, and the front end's ``remember`` makes the call the guess
-    # for the next.  Inline: every miss passes here.
+cdef inline void _forget_hand_off(Engine engine) noexcept:
+    # The hand-off memo emptied (the fields Engine.remember_hand_off sets).
     engine.handed_off_like = None
     engine.memo_reason = None
     engine.memo_repeats = 0
     engine.memo_signature = None
     engine.memo_entry = None
+
+
+cdef inline int _remember(Engine engine, Call* call, Found* found, CacheEntry entry,
+                          CallSignature signature) except -1:
+    # ``entry`` runs the call (found, loaded or compiled): the hand-off memo is
+    # forgotten, and the front end's ``remember`` makes the call the guess
+    # for the next.  Inline: every miss passes here.
+    _forget_hand_off(engine)
     return engine.remember(call, found, entry, signature)
 
 
@@ -503,7 +508,7 @@ cdef class Engine:
         if self.handed_off_like is not None:
             # A call alike the one handed off ran here (one every 64th that
             # went the whole way: numpy data that now repeats): so may the next.
-            self.remember_hand_off(None, None, None)
+            _forget_hand_off(self)
         finish = entry.finish if found.finish == NULL else <object>found.finish
         keep(&found.out, (<Outputs>finish).rebuild(outputs))
         ended(call.function, times, True, 0, None, entry.signature)
@@ -522,12 +527,12 @@ cdef class Engine:
     cdef void forget_calls(self):
         self.executables.clear()
         self.previous = None
-        self.remember_hand_off(None, None, None)
+        _forget_hand_off(self)
 
     cdef void remember_hand_off(self, object like, str reason, CallSignature signature):
         """The library took a call for what its arguments are (``like``, the
         front end's description of them), for ``reason``, with its leaves'
-        ``signature`` when it was made (None: handed off before); None forgets."""
+        ``signature`` when it was made (None: handed off before)."""
         self.handed_off_like = like
         self.memo_reason = reason
         self.memo_repeats = 0
