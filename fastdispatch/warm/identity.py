@@ -78,25 +78,19 @@ def _package_version(top: str) -> str:
     return sys.version if _is_installed_file(getattr(module, "__file__", None)) else ""
 
 
-@functools.lru_cache(maxsize=4096)
-def _real_folder(folder: str) -> str:
-    """``os.path.realpath(folder)``, each of its parents resolved once: a key
-    asks of many files in few folders, and on a TPU host's file system each
-    of realpath's system calls took ~50 us (most of a first key's time)."""
-    parent, name = os.path.split(folder)
-    if name in ("", ".", "..") or not parent or parent == folder:
-        return os.path.realpath(folder)
-    resolved = os.path.join(_real_folder(parent), name)
-    return os.path.realpath(resolved) if os.path.islink(resolved) else resolved
-
-
 def _realpath(path: str) -> str:
-    """``os.path.realpath(path)``, its folders' part cached (``_real_folder``)."""
+    """``os.path.realpath(path)``, its folders resolved once each
+    (``_real_folder``): a key asks of many files in few folders, and on a TPU
+    host's file system each of realpath's system calls took ~50 us (most of a
+    first key's time)."""
     folder, name = os.path.split(path)
-    if not os.path.isabs(path) or not name or os.pardir in path.split(os.sep):
+    if not os.path.isabs(path) or name in ("", os.curdir) or os.pardir in path.split(os.sep):
         return os.path.realpath(path)
     resolved = os.path.join(_real_folder(folder), name)
     return os.path.realpath(resolved) if os.path.islink(resolved) else resolved
+
+
+_real_folder = functools.lru_cache(maxsize=4096)(_realpath)
 
 
 @functools.lru_cache(maxsize=4096)
